@@ -1,0 +1,95 @@
+"""The `laminar-cluster` command line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from laminar_cluster.cli.output import console, error_console, print_json
+from laminar_cluster.errors import InvalidArgument, LaminarError
+
+app = typer.Typer(
+    name="laminar-cluster",
+    help="Cluster control plane for exactly-once stream processing over an object store.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks: each prints its figures (JSON with --json).")
+app.add_typer(bench_app, name="bench")
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        help="Store URL: memory://, file:///abs/path, s3://bucket/prefix?endpoint=..., gs://, az://",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+@app.command("store-check")
+def store_check(
+    url: Annotated[str, typer.Argument(help="Store URL to probe.")],
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds for the probe.")] = 30.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Probe a store for the properties the control plane needs; exit 1 if any fails."""
+    from laminar_cluster.cli.store_check import run_store_check
+
+    raise typer.Exit(_guard(lambda: run_store_check(url, timeout_s=timeout_s, as_json=as_json)))
+
+
+@bench_app.command("store")
+def bench_store(
+    store: StoreOption,
+    ops: Annotated[int, typer.Option("--ops", min=1, help="Requests per operation kind.")] = 500,
+    as_json: JsonOption = False,
+) -> None:
+    """Operations per second and p50/p99 latency of create, get and conditional update."""
+    from laminar_cluster.cli.bench_store import run_bench_store
+
+    def run() -> int:
+        figures = run_bench_store(store, ops=ops)
+        if as_json:
+            print_json(figures)
+        else:
+            console.print(f"store {figures['store']}, {figures['payload_bytes']}-byte bodies")
+            for name, row in figures["results"].items():
+                console.print(
+                    f"  {name:<20} {row['ops_per_s']:>10.1f} ops/s   "
+                    f"p50 {row['p50_ms']:8.3f} ms   p99 {row['p99_ms']:8.3f} ms"
+                )
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
+@app.command("demo")
+def demo(
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Store URL (default: a fresh local directory)."),
+    ] = None,
+) -> None:
+    """The main job: shows the control plane working on a real store."""
+    from laminar_cluster.cli.demo import run_demo
+
+    raise typer.Exit(_guard(lambda: run_demo(store)))
+
+
+def _guard(action: object) -> int:
+    """Run a command body; report our own errors as one line and exit 2."""
+    try:
+        return int(action())  # type: ignore[operator]
+    except InvalidArgument as error:
+        error_console.print(f"[red]invalid argument:[/red] {error}")
+        return 2
+    except LaminarError as error:
+        error_console.print(f"[red]{type(error).__name__}:[/red] {error}")
+        return 2
+
+
+def main() -> None:
+    app()

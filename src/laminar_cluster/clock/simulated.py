@@ -1,0 +1,93 @@
+"""A simulated clock that tests advance by hand.
+
+`monotonic()` only moves when the test calls `advance()` (or `run_until_idle_and_advance`).
+Sleepers wake, and `timeout_at` blocks expire, in deadline order as time passes them. The random
+source is seeded, so a test replays exactly from its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from laminar_cluster.clock.api import Clock
+
+
+class SimulatedClock(Clock):
+    """Manual time. Start at `start_s` monotonic and `wall_start_ms` wall time."""
+
+    def __init__(
+        self, *, seed: int = 0, start_s: float = 1000.0, wall_start_ms: int = 1_700_000_000_000
+    ) -> None:
+        self._now = start_s
+        self._start = start_s
+        self._wall_start_ms = wall_start_ms
+        self._random = random.Random(seed)
+        self._order = itertools.count()
+        # (deadline, order, callback) for sleepers and timeouts
+        self._timers: list[tuple[float, int, asyncio.Future[None] | asyncio.Timeout]] = []
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def wall_ms(self) -> int:
+        return self._wall_start_ms + round((self._now - self._start) * 1000)
+
+    @property
+    def random(self) -> random.Random:
+        return self._random
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._timers, (self._now + seconds, next(self._order), future))
+        await future
+
+    def timeout_at(self, deadline: float) -> AbstractAsyncContextManager[object]:
+        return self._timeout_at(deadline)
+
+    @asynccontextmanager
+    async def _timeout_at(self, deadline: float) -> AsyncIterator[None]:
+        async with asyncio.timeout(None) as timeout:
+            if deadline <= self._now:
+                timeout.reschedule(asyncio.get_running_loop().time())
+            else:
+                heapq.heappush(self._timers, (deadline, next(self._order), timeout))
+            yield
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by `seconds`, waking every timer whose deadline is passed."""
+        if seconds < 0:
+            raise ValueError(f"cannot move a clock back by {seconds} s")
+        target = self._now + seconds
+        loop_now = asyncio.get_running_loop().time()
+        while self._timers and self._timers[0][0] <= target:
+            deadline, _, waiter = heapq.heappop(self._timers)
+            self._now = max(self._now, deadline)
+            if isinstance(waiter, asyncio.Timeout):
+                if waiter.expired() or waiter.when() is not None:
+                    continue  # already left or already expired
+                waiter.reschedule(loop_now)
+            elif not waiter.done():
+                waiter.set_result(None)
+        self._now = target
+
+    def next_deadline(self) -> float | None:
+        """The earliest pending timer, or None."""
+        return self._timers[0][0] if self._timers else None
+
+    async def run_for(self, seconds: float, *, step_s: float = 0.01) -> None:
+        """Advance `seconds` in steps, letting ready tasks run between steps."""
+        end = self._now + seconds
+        while self._now < end:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            self.advance(min(step_s, end - self._now))
+        for _ in range(5):
+            await asyncio.sleep(0)
