@@ -1,6 +1,7 @@
 """A simulated clock that tests advance by hand.
 
-`monotonic()` only moves when the test calls `advance()` (or `run_until_idle_and_advance`).
+`monotonic()` only moves when the test calls `advance()` (a jump) or `step()` (which stops at
+each timer so the tasks it wakes run at that time).
 Sleepers wake, and `timeout_at` blocks expire, in deadline order as time passes them. The random
 source is seeded, so a test replays exactly from its seed.
 """
@@ -82,12 +83,19 @@ class SimulatedClock(Clock):
         """The earliest pending timer, or None."""
         return self._timers[0][0] if self._timers else None
 
-    async def run_for(self, seconds: float, *, step_s: float = 0.01) -> None:
-        """Advance `seconds` in steps, letting ready tasks run between steps."""
-        end = self._now + seconds
-        while self._now < end:
-            for _ in range(5):
+    async def step(self, seconds: float, *, yields: int = 10) -> None:
+        """Move time forward by `seconds`, stopping at each timer on the way so that the tasks
+        it wakes run (and see that time) before time moves on."""
+        if seconds < 0:
+            raise ValueError(f"cannot move a clock back by {seconds} s")
+        target = self._now + seconds
+        while True:
+            for _ in range(yields):
                 await asyncio.sleep(0)
-            self.advance(min(step_s, end - self._now))
-        for _ in range(5):
+            upcoming = self.next_deadline()
+            if upcoming is None or upcoming > target:
+                break
+            self.advance(max(0.0, upcoming - self._now))
+        self.advance(target - self._now)
+        for _ in range(yields):
             await asyncio.sleep(0)

@@ -19,7 +19,8 @@ Two families (spec_checkpoint_decision §2.4, spec_leader_lease §2.5):
 Reading is, in this order: the size limit (before any parsing: an oversized body is never
 parsed), the empty body, UTF-8 validity, a strict msgspec decode (`strict=True`: no floats for
 ints, no `true` for an int or `1` for a bool, bounded ints, `Literal` versions, unknown fields
-refused by `Record`'s `forbid_unknown_fields`, lone-surrogate escapes refused), and last the
+refused by `Record`'s `forbid_unknown_fields`, lone-surrogate escapes refused), the 64-bit
+envelope of every integer (msgspec cannot bound a U64 above int64 itself), and last the
 re-encode check: the decoded value must encode to exactly the bytes read. That last check is what
 rejects everything msgspec itself accepts: whitespace, a trailing newline, reordered keys,
 omitted `null`s, `\\u00e9` for `é`, `\\/`, `-0`, upper-case or unhyphenated UUIDs and duplicate
@@ -39,13 +40,14 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from laminar_cluster.codec.types import check_record_type
+from laminar_cluster.codec.types import I64_MIN, U64_MAX, check_record_type
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 T = TypeVar("T")
 
 _CONTROL_ENCODER: Final = msgspec.json.Encoder(order="deterministic")
 _SORTED_ENCODER: Final = msgspec.json.Encoder(order="sorted")
+_ENVELOPE_ENCODER: Final = msgspec.msgpack.Encoder()
 
 # One strict decoder per record type (a bounded set: record types are module-level classes).
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
@@ -57,12 +59,12 @@ class _Rejected(Exception):
 
 def encode(record: msgspec.Struct) -> bytes:
     """The canonical control-record bytes of `record` (declaration order, nulls written)."""
-    return _encode(record, _CONTROL_ENCODER.encode)
+    return _encode(record, _CONTROL_ENCODER.encode, what=type(record).__name__)
 
 
 def encode_sorted(record: msgspec.Struct) -> bytes:
     """The canonical capsule bytes of `record` (keys sorted recursively by code point)."""
-    return _encode(record, _SORTED_ENCODER.encode)
+    return _encode(record, _SORTED_ENCODER.encode, what=type(record).__name__)
 
 
 def encode_checked(record: msgspec.Struct, *, what: str, max_bytes: int) -> bytes:
@@ -94,20 +96,20 @@ def decode_sorted(data: bytes, type_: type[T], *, key: str, max_bytes: int) -> T
     return _decode(data, type_, key=key, max_bytes=max_bytes, sorted_keys=True)
 
 
-def _encode(record: Any, encode_fn: Callable[[Any], bytes]) -> bytes:
+def _encode(record: Any, encode_fn: Callable[[Any], bytes], *, what: str) -> bytes:
     check_record_type(type(record))
     try:
         return encode_fn(record)
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as error:
         # UnicodeEncodeError (a lone surrogate in a str field) is a ValueError.
-        raise InvalidArgument(f"{type(record).__name__}: cannot be encoded: {error}") from error
+        raise InvalidArgument(f"{what}: record cannot be encoded: {error}") from error
 
 
 def _encode_checked(
     record: msgspec.Struct, *, what: str, max_bytes: int, sorted_keys: bool
 ) -> bytes:
     _check_max_bytes(max_bytes, what)
-    data = encode_sorted(record) if sorted_keys else encode(record)
+    data = _encode(record, _encoder(sorted_keys), what=what)
     if len(data) > max_bytes:
         raise InvalidArgument(f"{what}: record is {len(data)} bytes; maximum is {max_bytes}")
     try:
@@ -151,7 +153,13 @@ def _parse(data: bytes, type_: type[T], *, sorted_keys: bool) -> T:
         # A lone high-surrogate escape ("\ud800" then no low surrogate) is reported by msgspec
         # as "Input data was truncated"; a lone low surrogate as "invalid utf-16 surrogate pair".
         raise _Rejected(f"record is not valid JSON: {error}") from None
-    canonical = _encode(value, _SORTED_ENCODER.encode if sorted_keys else _CONTROL_ENCODER.encode)
+    except RecursionError:
+        raise _Rejected("record nests deeper than the decoder's recursion limit") from None
+    _check_int_envelope(value)
+    try:
+        canonical = _encode(value, _encoder(sorted_keys), what=type_.__name__)
+    except InvalidArgument as error:  # not expected for a decoded value: still never trusted
+        raise _Rejected(str(error)) from None
     if canonical != data:
         raise _Rejected(_canonical_difference(data, canonical, sorted_keys=sorted_keys))
     return value
@@ -167,6 +175,25 @@ def _canonical_difference(data: bytes, canonical: bytes, *, sorted_keys: bool) -
         f"record body is not its {form} encoding: the {len(data)} bytes read differ from the "
         f"{len(canonical)} canonical bytes at byte {at}"
     )
+
+
+def _check_int_envelope(value: object) -> None:
+    """Raise _Rejected if `value` holds an int outside -2**63..2**64-1 (no Rust type holds it).
+
+    msgspec cannot bound an int above int64 (see `codec.types`), so this is what caps a U64.
+    msgpack has exactly this envelope and msgspec's msgpack encoder walks the whole value in C,
+    raising OverflowError on the first int outside it: encoding is used here as that walk.
+    """
+    try:
+        _ENVELOPE_ENCODER.encode(value)
+    except OverflowError:
+        raise _Rejected(
+            f"record holds an integer outside the 64-bit range {I64_MIN}..{U64_MAX}"
+        ) from None
+
+
+def _encoder(sorted_keys: bool) -> Callable[[Any], bytes]:
+    return _SORTED_ENCODER.encode if sorted_keys else _CONTROL_ENCODER.encode
 
 
 def _decoder(type_: type[T]) -> msgspec.json.Decoder[T]:

@@ -1,8 +1,12 @@
 """Field types and the `Record` base class of every durable record.
 
 Integers are bounded `Annotated[int, msgspec.Meta(...)]` aliases, so the strict decoder rejects a
-value outside the Rust type's range (msgspec itself decodes JSON integers of any size into a
-Python int: without the bounds, `2**70` would be accepted for a u64).
+value outside the Rust type's range. msgspec decodes JSON integers of any size into a Python int
+(`2**70` is accepted for a plain `int`), and it refuses `Meta` bounds that do not fit in an int64
+("Integer bounds constraints ... that don't fit in an int64 are currently not supported"), so
+`U64` cannot say `le=2**64-1`: it is `ge=0` only, and the codec checks every decoded integer
+against the 64-bit envelope -2**63..2**64-1 itself (`canonical._check_int_envelope`). Together
+they give exactly 0..2**64-1 for a u64.
 
 `Digest32` is a fixed 32-byte digest (`assignment_digest`, drain-id digests), held in Python as a
 tuple of 32 ints and written as a JSON array of 32 integers 0..255, as serde writes `[u8; 32]`.
@@ -51,8 +55,9 @@ DIGEST32_BYTES: Final = 32
 U8 = Annotated[int, msgspec.Meta(ge=0, le=U8_MAX)]
 U16 = Annotated[int, msgspec.Meta(ge=0, le=U16_MAX)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=U32_MAX)]
-U64 = Annotated[int, msgspec.Meta(ge=0, le=U64_MAX)]
-NonZeroU64 = Annotated[int, msgspec.Meta(ge=1, le=U64_MAX)]
+# Upper bound U64_MAX: enforced by the codec's 64-bit envelope check (see the module docstring).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
+NonZeroU64 = Annotated[int, msgspec.Meta(ge=1)]
 I64 = Annotated[int, msgspec.Meta(ge=I64_MIN, le=I64_MAX)]
 Digest32 = Annotated[
     tuple[U8, ...], msgspec.Meta(min_length=DIGEST32_BYTES, max_length=DIGEST32_BYTES)
@@ -101,9 +106,10 @@ class Record(
 
 def digest32(raw: bytes) -> tuple[int, ...]:
     """The `Digest32` value of 32 raw digest bytes."""
-    if not isinstance(raw, bytes) or len(raw) != DIGEST32_BYTES:
-        size = len(raw) if isinstance(raw, bytes) else type(raw).__name__
-        raise InvalidArgument(f"digest is {size} bytes; a Digest32 is {DIGEST32_BYTES}")
+    if not isinstance(raw, bytes):
+        raise InvalidArgument(f"digest must be bytes, not {type(raw).__name__}")
+    if len(raw) != DIGEST32_BYTES:
+        raise InvalidArgument(f"digest is {len(raw)} bytes; a Digest32 is {DIGEST32_BYTES}")
     return tuple(raw)
 
 
@@ -130,19 +136,26 @@ def check_record_type(type_: object) -> None:
 
     A record type is a msgspec Struct, untagged, whose first encoded field is `version` with a
     `Literal` of ints. Every type reachable from it must be on this allow-list: str, bool, None,
-    UUID, Enum, Literal, ints bounded within i64..u64 (the aliases above), list, variable or
-    fixed tuples, dicts with str keys, unions of these, and structs without `omit_defaults` or
-    `array_like`. Refused, with the reason: floats (msgspec writes `1e16` and `null` for
-    infinity where json.dumps writes `1e+16` and `Infinity`; the spec has no floats), unbounded
-    ints, dicts with non-str keys (msgspec cannot order them, and serde would sort them as
-    numbers), bytes (base64 is no record format here), Any, sets, dates and the rest.
+    UUID, Enum, Literal, ints with a lower bound (the aliases above; msgspec takes bounds within
+    int64 only, and the codec bounds every int to -2**63..2**64-1 on top of that), list, variable or
+    fixed tuples, dicts with str keys, unions of these, and structs that set `forbid_unknown_fields`
+    and neither `omit_defaults` nor `array_like`. Refused, with the reason: floats (msgspec writes
+    `1e16` and `null` for infinity where json.dumps writes `1e+16` and `Infinity`; the spec has no
+    floats), ints without a lower bound, dicts with non-str keys (msgspec cannot order them, and
+    serde would sort them as numbers), bytes (base64 is no record format here), Any, sets, dates and
+    the rest. A struct that tolerates unknown fields is refused too: the canonical check would
+    reject them anyway, but msgspec skips an unknown value recursively, so a deeply nested one would
+    hit the recursion limit before that.
     """
     if type_ in _CHECKED:
         return
     name = getattr(type_, "__name__", repr(type_))
     if not (isinstance(type_, type) and issubclass(type_, msgspec.Struct)):
         raise InvalidArgument(f"record type {name}: is not a msgspec Struct")
-    info = mi.type_info(type_)
+    try:
+        info = mi.type_info(type_)
+    except (TypeError, ValueError, NameError) as error:
+        raise InvalidArgument(f"record type {name}: msgspec refuses it: {error}") from error
     assert isinstance(info, mi.StructType)
     problem = _version_problem(info) or _type_problem(info, name, set())
     if problem is not None:
@@ -184,6 +197,8 @@ def _type_problem(t: mi.Type, path: str, seen: set[type]) -> str | None:
         return _type_problem(t.value_type, f"{path}{{}}", seen)
     if isinstance(t, mi.StructType):
         return _struct_problem(t, path, seen)
+    if isinstance(t, mi.FloatType):
+        return f"{path} is a float; records hold no floats"
     return f"{path} has type {type(t).__name__}, which has no canonical record form"
 
 
@@ -197,11 +212,9 @@ def _first_problem(items: list[tuple[mi.Type, str]], seen: set[type]) -> str | N
 
 def _int_problem(t: mi.IntType, path: str) -> str | None:
     low = t.ge if t.ge is not None else (t.gt + 1 if t.gt is not None else None)
-    high = t.le if t.le is not None else (t.lt - 1 if t.lt is not None else None)
-    if low is None or high is None:
-        return f"{path} is an int without both bounds (use U64, I64, ...)"
-    if low < I64_MIN or high > U64_MAX:
-        return f"{path} allows {low}..{high}, outside the 64-bit range"
+    # A bound outside int64 cannot occur here: msgspec refuses it before this check runs.
+    if low is None:
+        return f"{path} is an int without a lower bound (use U64, I64, ...)"
     return None
 
 
@@ -214,4 +227,6 @@ def _struct_problem(t: mi.StructType, path: str, seen: set[type]) -> str | None:
         return f"{path} ({t.cls.__name__}) sets omit_defaults"
     if config.array_like:
         return f"{path} ({t.cls.__name__}) sets array_like"
+    if not config.forbid_unknown_fields:
+        return f"{path} ({t.cls.__name__}) does not set forbid_unknown_fields"
     return _first_problem([(f.type, f"{path}.{f.encode_name}") for f in t.fields], seen)

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import secrets
+import urllib.parse
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
@@ -77,7 +78,7 @@ class FileStore(ObjectStore):
 
     @property
     def url(self) -> str:
-        return "file://" + self._root
+        return "file://" + urllib.parse.quote(self._root)  # round-trips through open_store
 
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
         path = self._object_path(key)
@@ -208,8 +209,7 @@ class FileStore(ObjectStore):
         found: _Metas = []
         if limit == 0:
             return found
-        # Start at the deepest complete directory of the prefix: "a/b/c" walks objects/a/b.
-        start_key = prefix.rpartition("/")[0]
+        start_key = prefix.rpartition("/")[0]  # the deepest complete directory: "a/b/c" -> a/b
         start = os.path.join(self._objects, *start_key.split("/")) if start_key else self._objects
         for key, path in self._walk(start, start_key, prefix, offset):
             try:
