@@ -13,6 +13,10 @@ Each kind says what the caller does next (SlateDB RFC 0007):
 | CorruptRecord        | reports it and never trusts the object                      |
 | Fenced               | stops acting as leader or owner; never retries              |
 | Contended            | re-reads and re-derives its decision from the winner        |
+| Refused              | re-reads the durable state and decides again: the request   |
+|                      | is well-formed, but what is durable forbids it (an epoch    |
+|                      | below the GC horizon, a conflicting open witness, ...)      |
+| InventoryChanged     | retries the whole read: a concurrent GC moved it            |
 | ObjectNotFound, ObjectAlreadyExists, PreconditionFailed, NotSupported:                     |
 |                      | store outcomes of one request, handled where they are       |
 |                      | expected (they are race results at the store boundary)      |
@@ -64,6 +68,17 @@ class Fenced(LaminarError):
 
 class Contended(LaminarError):
     """Another writer won a race: re-read and re-derive the decision from the winner."""
+
+
+class Refused(LaminarError):
+    """The durable state forbids this request as asked: re-read it and decide again.
+
+    Retrying the same request unchanged fails the same way.
+    """
+
+
+class InventoryChanged(LaminarError):
+    """A concurrent change (a GC floor advance) moved what was being read: retry the whole read."""
 
 
 class StoreError(LaminarError):

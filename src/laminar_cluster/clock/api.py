@@ -44,6 +44,14 @@ class Clock(abc.ABC):
         """A random (version 4) UUID from this clock's random source."""
         return uuid.UUID(int=self.random.getrandbits(128), version=4)
 
+    def uuid7(self) -> uuid.UUID:
+        """A time-ordered (version 7, RFC 9562) UUID: 48 bits of wall milliseconds, then random."""
+        unix_ms = self.wall_ms() & ((1 << 48) - 1)
+        rand_a = self.random.getrandbits(12)
+        rand_b = self.random.getrandbits(62)
+        value = (unix_ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+        return uuid.UUID(int=value)
+
     async def sleep_until(self, deadline: float) -> None:
         """Sleep until monotonic() reaches `deadline`."""
         await self.sleep(deadline - self.monotonic())

@@ -1,0 +1,31 @@
+"""The checkpoint decision store (spec_checkpoint_decision): see `decision_store`."""
+
+from laminar_cluster.checkpoint.decision_store import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    AllocatorMode,
+    CheckpointAssignmentFence,
+    CheckpointAttempt,
+    CheckpointOutcome,
+    CheckpointScope,
+    CheckpointVerdict,
+    Conflict,
+    Created,
+    LeaderProof,
+    RecordOutcomeResult,
+    Unchanged,
+)
+
+__all__ = [
+    "AllocatorMode",
+    "CheckpointAssignmentFence",
+    "CheckpointAttempt",
+    "CheckpointOutcome",
+    "CheckpointScope",
+    "CheckpointVerdict",
+    "Conflict",
+    "Created",
+    "DecisionStore",
+    "LeaderProof",
+    "RecordOutcomeResult",
+    "Unchanged",
+]
