@@ -1,7 +1,9 @@
 """A real S3-compatible server for tests: moto's standalone server in its own process.
 
 moto 5.2.5 honours `If-None-Match: *` and `If-Match` and answers 412 on conflict, which is what
-the conditional writes of this project need. It serves about 300 requests per second here.
+the conditional writes of this project need. It serves about 300 requests per second here. It is
+started through `moto_serial`, which serializes requests: moto's own check-then-write is not
+atomic under concurrency, where real S3's conditional writes are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
@@ -54,8 +57,9 @@ def running_s3_server(*, start_timeout_s: float = 30.0) -> Iterator[S3Server]:
     port = _free_port()
     env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "tests.support.moto_serial", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
+        cwd=_REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -89,9 +89,11 @@ async def _create_identity(ctx: DecisionContext) -> Loaded[DeploymentIdentity]:
         # A concurrent creator won (or obstore misreported our own create): adopt what is stored.
         stored = await read_identity(ctx)
         if stored is None:
-            raise CorruptRecord(
-                f"{IDENTITY_PATH}: deployment identity disappeared after create conflict",
-                key=IDENTITY_PATH,
+            # Retryable: S3's 409 ConditionalRequestConflict surfaces as "already exists"
+            # although nothing was written.
+            raise StoreUnavailable(
+                f"{IDENTITY_PATH}: deployment identity disappeared after create conflict; "
+                "nothing is stored, retry"
             ) from None
         return stored
     except (WriteOutcomeUnknown, StoreUnavailable) as error:

@@ -1,17 +1,72 @@
-"""Outcomes (spec §4.4-§4.6). STUB: being written."""
+"""Immutable terminal outcomes: admission and exact lookup (spec §3.3, §3.4, §4.4, §4.5;
+invariants S4, S5, S6, S9).
+
+* `canonical_outcome`: a validated version-2 outcome of this deployment (the leader authority
+  builds cluster outcomes with it and stores them in its own log).
+* `record_outcome`: local outcomes only. Tombstone check, create-once, tombstone check again.
+  The first writer wins: `Created`, `Unchanged` (an identical winner) or `Conflict(winner)`,
+  which the caller must obey. An ambiguous create is settled by reading the object back.
+* `outcome(epoch)`: the live outcome of one epoch between two equal floor reads; None means
+  unresolved or compacted, never abort.
+
+The inventory (listing, audit, `outcomes`, `highest_terminal_outcome`) lives in `inventory` and
+is re-exported here, where the facade looks for it.
+"""
 
 from __future__ import annotations
 
+from laminar_cluster.checkpoint import capsule
 from laminar_cluster.checkpoint.context import DecisionContext
+from laminar_cluster.checkpoint.floor import current_floor
+from laminar_cluster.checkpoint.identity import load_or_create_deployment_id
+from laminar_cluster.checkpoint.inventory import (
+    audited_outcomes,
+    check_epoch,
+    highest_terminal_outcome,
+    list_outcome_epochs,
+    outcomes,
+    read_outcome_record,
+)
+from laminar_cluster.checkpoint.limits import MAX_OUTCOME_BYTES, OUTCOME_READ_ATTEMPTS
+from laminar_cluster.checkpoint.paths import outcome_path
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
+    Conflict,
+    Created,
     LeaderProof,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
+    Unchanged,
 )
+from laminar_cluster.checkpoint.validate import validate_outcome_shape, writing
+from laminar_cluster.codec import encode_checked
+from laminar_cluster.errors import (
+    InvalidArgument,
+    InventoryChanged,
+    ObjectAlreadyExists,
+    PreconditionFailed,
+    Refused,
+    StoreError,
+    StoreUnavailable,
+    WriteOutcomeUnknown,
+)
+from laminar_cluster.store import CREATE
+
+__all__ = [
+    "audited_outcomes",
+    "canonical_outcome",
+    "highest_terminal_outcome",
+    "list_outcome_epochs",
+    "outcome",
+    "outcomes",
+    "read_outcome_record",
+    "record_outcome",
+]
+
+OUTCOME_WHAT = "checkpoint outcome"
 
 
 async def canonical_outcome(
@@ -25,7 +80,32 @@ async def canonical_outcome(
     leader_proof: LeaderProof | None,
     recovery_capsule: RecoveryCapsuleRef | None,
 ) -> CheckpointOutcome:
-    raise NotImplementedError
+    """A version-2 outcome of the current deployment, validated (§3.3); InvalidArgument if not.
+
+    With a capsule reference the capsule is loaded and must match (§4.10); a local outcome
+    carrying one fails the shape rules first, before any capsule I/O.
+    """
+    check_epoch(epoch)
+    check_epoch(checkpoint_id, "checkpoint_id")
+    candidate = CheckpointOutcome(
+        version=2,
+        scope=scope,
+        epoch=epoch,
+        checkpoint_id=checkpoint_id,
+        deployment_id=await load_or_create_deployment_id(ctx),
+        assignment_fence=assignment_fence,
+        leader_proof=leader_proof,
+        recovery_capsule=recovery_capsule,
+        verdict=verdict,
+    )
+    what = f"{outcome_path(epoch)}: {OUTCOME_WHAT}"
+    # Types and size first: a value that does not survive its own encoding is never compared.
+    encode_checked(candidate, what=what, max_bytes=MAX_OUTCOME_BYTES)
+    with writing(what):
+        validate_outcome_shape(candidate, epoch)
+    if recovery_capsule is not None:
+        await capsule.validate_recovery_capsule_for_outcome(ctx, candidate)
+    return candidate
 
 
 async def record_outcome(
@@ -39,20 +119,82 @@ async def record_outcome(
     leader_proof: LeaderProof | None,
     recovery_capsule: RecoveryCapsuleRef | None,
 ) -> RecordOutcomeResult:
-    raise NotImplementedError
+    """Create the one local outcome of `epoch`, or report the durable winner (§4.4)."""
+    if scope is CheckpointScope.CLUSTER:
+        raise InvalidArgument(
+            "cluster outcomes must be admitted through the shared leader authority"
+        )
+    candidate = await canonical_outcome(
+        ctx,
+        epoch=epoch,
+        checkpoint_id=checkpoint_id,
+        scope=scope,
+        verdict=verdict,
+        assignment_fence=assignment_fence,
+        leader_proof=leader_proof,
+        recovery_capsule=recovery_capsule,
+    )
+    await _ensure_not_tombstoned(ctx, candidate)
+    result = await _create_outcome(ctx, candidate)
+    # S9: a floor published while the create was in flight wins; the raw object it may have left
+    # is inert (readers ignore it below the floor) and a later sweep deletes it.
+    await _ensure_not_tombstoned(ctx, candidate)
+    return result
+
+
+async def _ensure_not_tombstoned(ctx: DecisionContext, candidate: CheckpointOutcome) -> None:
+    # S9: nothing is admitted below the durable GC floor.
+    floor = await current_floor(ctx)
+    if floor is not None and candidate.epoch < floor.before_epoch:
+        raise Refused(
+            f"{outcome_path(candidate.epoch)}: outcome epoch {candidate.epoch} checkpoint "
+            f"{candidate.checkpoint_id} is below durable outcome GC horizon {floor.before_epoch}"
+        )
+
+
+async def _create_outcome(
+    ctx: DecisionContext, candidate: CheckpointOutcome
+) -> RecordOutcomeResult:
+    key = outcome_path(candidate.epoch)
+    body = encode_checked(candidate, what=f"{key}: {OUTCOME_WHAT}", max_bytes=MAX_OUTCOME_BYTES)
+    try:
+        # S4: outcome paths are only ever written by create; there is no overwrite path.
+        await ctx.store.put(key, body, CREATE)
+    except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
+        failure = error
+    else:
+        return Created(candidate)
+    # The answer may be ambiguous (a lost success, S3's 409 without a write): read the key.
+    winner = await read_outcome_record(ctx, candidate.epoch)
+    if winner is not None:
+        # S5, S6: one verdict per epoch; an identical retry is harmless.
+        return Unchanged(winner) if winner == candidate else Conflict(winner)
+    if isinstance(failure, ObjectAlreadyExists | PreconditionFailed):
+        # Retryable, not corrupt: S3 answers 409 ConditionalRequestConflict without writing, and
+        # obstore reports it as "already exists" (see store/obstore_backend.py).
+        raise StoreUnavailable(
+            f"{key}: outcome for epoch {candidate.epoch} disappeared after create conflict "
+            f"({failure}); nothing is stored, retry"
+        ) from failure
+    raise StoreUnavailable(
+        f"{key}: outcome create for epoch {candidate.epoch} failed and nothing is stored: {failure}"
+    ) from failure
 
 
 async def outcome(ctx: DecisionContext, epoch: int) -> CheckpointOutcome | None:
-    raise NotImplementedError
-
-
-async def outcomes(ctx: DecisionContext) -> list[CheckpointOutcome]:
-    raise NotImplementedError
-
-
-async def audited_outcomes(ctx: DecisionContext) -> list[CheckpointOutcome]:
-    raise NotImplementedError
-
-
-async def highest_terminal_outcome(ctx: DecisionContext) -> CheckpointOutcome | None:
-    raise NotImplementedError
+    """The live outcome of `epoch`; None means unresolved or compacted, never abort (§4.5)."""
+    check_epoch(epoch)
+    for _ in range(OUTCOME_READ_ATTEMPTS):
+        floor_before = await current_floor(ctx)
+        if floor_before is not None and epoch < floor_before.before_epoch:
+            # S9: tombstoned, even if the raw object still exists.
+            if await current_floor(ctx) == floor_before:
+                return None
+        else:
+            found = await read_outcome_record(ctx, epoch)
+            floor_after = await current_floor(ctx)
+            if floor_after == floor_before:
+                horizon = 0 if floor_after is None else floor_after.before_epoch
+                return found if found is not None and found.epoch >= horizon else None
+        await ctx.clock.sleep(0)
+    raise InventoryChanged("outcome GC floor kept advancing during exact lookup")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -66,6 +67,41 @@ def bench_store(
     raise typer.Exit(_guard(run))
 
 
+@app.command("checkpoints")
+def checkpoints(store: StoreOption, as_json: JsonOption = False) -> None:
+    """The checkpoint decision store, audited: identity, mode, floor, outcomes; exit 1 on a bad
+    record (never creates anything)."""
+    from laminar_cluster.cli.checkpoints import run_checkpoints
+
+    raise typer.Exit(_guard(lambda: run_checkpoints(store, as_json=as_json)))
+
+
+@bench_app.command("checkpoint-ids")
+def bench_checkpoint_ids(
+    store: StoreOption,
+    local_ids: Annotated[int, typer.Option(min=1, help="Local-mode allocations.")] = 500_000,
+    shared_ids: Annotated[int, typer.Option(min=1, help="Shared-mode allocations.")] = 300,
+    outcomes: Annotated[int, typer.Option(min=1, help="Outcomes recorded.")] = 300,
+    as_json: JsonOption = False,
+) -> None:
+    """Checkpoint ID allocation rates (local and shared mode), store requests per allocation,
+    and outcome record latency."""
+    from laminar_cluster.cli.bench_checkpoint import run_bench_checkpoint_ids
+
+    def run() -> int:
+        figures = run_bench_checkpoint_ids(
+            store, local_ids=local_ids, shared_ids=shared_ids, outcomes=outcomes
+        )
+        if as_json:
+            print_json(figures)
+        else:
+            for name, value in figures.items():
+                console.print(f"{name:<40} {value}")
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
 @app.command("demo")
 def demo(
     store: Annotated[
@@ -79,10 +115,10 @@ def demo(
     raise typer.Exit(_guard(lambda: run_demo(store)))
 
 
-def _guard(action: object) -> int:
+def _guard(action: Callable[[], int]) -> int:
     """Run a command body; report our own errors as one line and exit 2."""
     try:
-        return int(action())  # type: ignore[operator]
+        return action()
     except InvalidArgument as error:
         error_console.print(f"[red]invalid argument:[/red] {error}")
         return 2

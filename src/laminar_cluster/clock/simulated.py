@@ -18,6 +18,16 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from laminar_cluster.clock.api import Clock
 
 
+class _TimeoutEntry:
+    """A pending `timeout_at` block; `inside` turns False when the block is left."""
+
+    __slots__ = ("inside", "timeout")
+
+    def __init__(self, timeout: asyncio.Timeout) -> None:
+        self.timeout = timeout
+        self.inside = True
+
+
 class SimulatedClock(Clock):
     """Manual time. Start at `start_s` monotonic and `wall_start_ms` wall time."""
 
@@ -29,8 +39,8 @@ class SimulatedClock(Clock):
         self._wall_start_ms = wall_start_ms
         self._random = random.Random(seed)
         self._order = itertools.count()
-        # (deadline, order, callback) for sleepers and timeouts
-        self._timers: list[tuple[float, int, asyncio.Future[None] | asyncio.Timeout]] = []
+        # (deadline, order, waiter): a sleeper's future, or a timeout block still inside its body
+        self._timers: list[tuple[float, int, asyncio.Future[None] | _TimeoutEntry]] = []
 
     def monotonic(self) -> float:
         return self._now
@@ -56,11 +66,15 @@ class SimulatedClock(Clock):
     @asynccontextmanager
     async def _timeout_at(self, deadline: float) -> AsyncIterator[None]:
         async with asyncio.timeout(None) as timeout:
+            entry = _TimeoutEntry(timeout)
             if deadline <= self._now:
                 timeout.reschedule(asyncio.get_running_loop().time())
             else:
-                heapq.heappush(self._timers, (deadline, next(self._order), timeout))
-            yield
+                heapq.heappush(self._timers, (deadline, next(self._order), entry))
+            try:
+                yield
+            finally:
+                entry.inside = False  # the block is left: a later advance must not touch it
 
     def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, waking every timer whose deadline is passed."""
@@ -71,10 +85,9 @@ class SimulatedClock(Clock):
         while self._timers and self._timers[0][0] <= target:
             deadline, _, waiter = heapq.heappop(self._timers)
             self._now = max(self._now, deadline)
-            if isinstance(waiter, asyncio.Timeout):
-                if waiter.expired() or waiter.when() is not None:
-                    continue  # already left or already expired
-                waiter.reschedule(loop_now)
+            if isinstance(waiter, _TimeoutEntry):
+                if waiter.inside and not waiter.timeout.expired():
+                    waiter.timeout.reschedule(loop_now)
             elif not waiter.done():
                 waiter.set_result(None)
         self._now = target

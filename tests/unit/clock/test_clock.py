@@ -189,3 +189,14 @@ def test_retry_until_raises_deadline_exceeded_on_a_hung_operation() -> None:
             await retry_until(hang, what="hang", clock=clock, deadline=clock.monotonic() + 0.05)
 
     asyncio.run(body())
+
+
+def test_simulated_timeout_left_early_is_not_touched_by_a_later_advance() -> None:
+    async def body() -> None:
+        clock = SimulatedClock()
+        async with clock.timeout_at(clock.monotonic() + 5):
+            pass
+        clock.advance(10)  # must not try to expire the finished block
+        assert clock.monotonic() == 1010.0
+
+    asyncio.run(body())

@@ -1,0 +1,108 @@
+"""`LeaderLeaseStore`: the leader authority's facade (spec_leader_lease §4.2, §4.3, §8.9).
+
+Thin on purpose: reads and appends live in `lease.log` (§4.1), lease operations in
+`lease.term` (§4.3); decision modules add their methods next to these, delegating the same way.
+No validation at construction: the ttl is checked on every operation (§4.3). The wall clock
+only fills the diagnostic `expires_at_ms`; every validity question uses the monotonic clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.lease import log, term
+from laminar_cluster.lease.log import PublishedHead
+from laminar_cluster.lease.outcomes import AppendOutcome, LeaderLeaseObservation, LeaseOutcome
+from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
+from laminar_cluster.store import ObjectStore
+from laminar_cluster.store.probe import verify_store_contract
+
+
+class LeaderLeaseStore:
+    """The durable leader authority on one object store, for one process."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        clock: Clock,
+        ttl_s: float,
+        decisions: DecisionStore | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.ttl_s = ttl_s
+        # The checkpoint decision store of the same namespace: deployment identity, canonical
+        # cluster outcomes and recovery capsules (spec §8.5). Decision operations require it.
+        self.decisions = decisions
+        # Called after every successful append (§4.8.1); the prune scheduler installs itself.
+        self.prune_hook: Callable[[], None] | None = None
+
+    def require_decisions(self) -> DecisionStore:
+        if self.decisions is None:
+            raise InvalidArgument("this leader authority was opened without a decision store")
+        return self.decisions
+
+    def context(self) -> term.TermContext:
+        """Store, clock, prune hook and the ttl, checked now (> 0, whole milliseconds)."""
+        return term.TermContext(
+            store=self.store,
+            clock=self.clock,
+            ttl_ms=term.ttl_ms_of(self.ttl_s),
+            on_appended=self.prune_hook,
+        )
+
+    async def verify_store_contract(self, timeout_s: float) -> None:
+        """Refuse a store without atomic create, native CAS or read-after-delete (§4.2, S23)."""
+        await verify_store_contract(self.store, self.clock, timeout_s=timeout_s)
+
+    async def load(self) -> LeaderLease | None:
+        """The lease of the published head, or None for an empty namespace."""
+        record = await self.load_record()
+        return None if record is None else record.lease
+
+    async def load_record(self) -> LeaderAuthorityRecord | None:
+        """The published head record (after successor repair), or None."""
+        head = await log.load_published_head(self.store, self.clock)
+        return None if head is None else head.record
+
+    async def load_published_head(self) -> PublishedHead | None:
+        """The published head record with the pointer it was read through, for appends."""
+        return await log.load_published_head(self.store, self.clock)
+
+    async def append(
+        self, expected_head: PublishedHead | None, candidate: LeaderAuthorityRecord
+    ) -> AppendOutcome:
+        """Append `candidate` right after `expected_head` (§4.1.6), scheduling a prune."""
+        return await log.append(
+            self.store, self.clock, expected_head, candidate, on_appended=self.prune_hook
+        )
+
+    async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
+        """Acquire an empty namespace or rotate our own token; `Held` on a rival (§4.3.1)."""
+        return await term.begin_new_term(
+            self.context(), owner, now_ms=self.clock.wall_ms(), deadline=deadline
+        )
+
+    async def renew_exact(
+        self, owner: LeaderLeaseOwner, token: int, *, deadline: float
+    ) -> LeaseOutcome:
+        """Renew exactly the term `token`; raises Fenced otherwise (§4.3.2)."""
+        return await term.renew_exact(
+            self.context(), owner, token, now_ms=self.clock.wall_ms(), deadline=deadline
+        )
+
+    def observe_rival(self, owner: LeaderLeaseOwner, lease: LeaderLease) -> LeaderLeaseObservation:
+        """Start observing a rival's liveness identity now, on the monotonic clock (§4.3.3)."""
+        return term.observe_rival(self.context(), owner, lease)
+
+    async def try_takeover(
+        self, owner: LeaderLeaseOwner, observation: LeaderLeaseObservation, *, deadline: float
+    ) -> LeaseOutcome:
+        """Take over after a full-ttl observation of an unchanged rival (§4.3.4)."""
+        return await term.try_takeover(
+            self.context(), owner, observation, now_ms=self.clock.wall_ms(), deadline=deadline
+        )

@@ -1,0 +1,397 @@
+"""The leader lease manager: acquires and renews leadership while this process is a candidate
+(spec_leader_lease §4.9.1, §4.9.3, §6; invariants S4, S6, S7, S8, S9).
+
+`LeaderLeaseManager.run(candidacy, shutdown)` loops: (1) a changed candidacy generation
+withdraws the grant and forgets the token (S9); (2) while ineligible it withdraws and waits;
+(3) it waits for shutdown (fence), a candidacy change, the grant's validity instant (fence: a
+missed renewal) or the next tick (every `renew_interval_s`, missed ticks skipped); (4) it runs
+`try_takeover` with an observation, else `renew_exact` with a held token, else `begin_new_term`
+(a fresh manager always begins a new term, S9), raced against shutdown (fence), a candidacy
+change (abandon) and `min(valid_until, attempt_valid_until)` (fence), where
+`attempt_valid_until` = monotonic now + ttl at the attempt's START (S8); (5) an answer at or
+after either instant fences (S8); (6) `Acquired` extends the deadline to `attempt_valid_until`
+and publishes the lease; `Held` withdraws and observes the rival, keeping the running
+observation while the rival is unchanged (S7); `Fenced` fences (S6); other errors keep the
+state for the next tick, and the validity instant still ends leadership on time.
+
+Withdraw (candidacy loss, a rival holds it) is not terminal; fence (shutdown, missed or late
+renewal, durable fencing, cancellation of `run`) is, and a higher layer builds a new manager.
+Wall clocks decide nothing here: only the Clock's monotonic time (spec §6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from laminar_cluster.checkpoint.records import LeaderProof
+from laminar_cluster.checkpoint.validate import writing
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import DeadlineExceeded, Fenced, InvalidArgument, LaminarError
+from laminar_cluster.lease.candidacy import CandidacyWatch, LeaderCandidacy
+from laminar_cluster.lease.deadline import LeaseDeadline, LeaseWatch
+from laminar_cluster.lease.limits import DEFAULT_RENEW_INTERVAL_S, DEFAULT_TTL_S
+from laminar_cluster.lease.outcomes import Acquired, Held, LeaderLeaseObservation, LeaseOutcome
+from laminar_cluster.lease.records import LeaderLease, LeaderLeaseOwner
+from laminar_cluster.lease.term import lease_grants_leadership, lease_grants_proof, ttl_ms_of
+from laminar_cluster.lease.validate import validate_owner
+
+logger: Final = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseManagerConfig:
+    """Renewal timing: ttl in whole milliseconds (> 0), renew interval in (0, ttl)."""
+
+    ttl_s: float = DEFAULT_TTL_S
+    renew_interval_s: float = DEFAULT_RENEW_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        ttl_ms_of(self.ttl_s)  # > 0, finite, whole milliseconds, fits i64
+        if not (math.isfinite(self.renew_interval_s) and 0 < self.renew_interval_s < self.ttl_s):
+            raise InvalidArgument(
+                f"leader lease manager: renew interval {self.renew_interval_s} s must be "
+                f"positive and below the ttl {self.ttl_s} s"
+            )
+
+    @property
+    def ttl_ms(self) -> int:
+        return ttl_ms_of(self.ttl_s)
+
+
+class LeaderLeaseAuthority(Protocol):
+    """The lease operations of `LeaderLeaseStore` the manager drives (spec §4.3)."""
+
+    @property
+    def ttl_s(self) -> float: ...
+
+    async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome: ...
+
+    async def renew_exact(
+        self, owner: LeaderLeaseOwner, token: int, *, deadline: float
+    ) -> LeaseOutcome: ...
+
+    def observe_rival(
+        self, owner: LeaderLeaseOwner, lease: LeaderLease
+    ) -> LeaderLeaseObservation: ...
+
+    async def try_takeover(
+        self, owner: LeaderLeaseOwner, observation: LeaderLeaseObservation, *, deadline: float
+    ) -> LeaseOutcome: ...
+
+
+class _Ticker:
+    """Ticks every `period_s` from `start_s`; the first is due at once; missed ticks are
+    skipped (the next one is the next multiple of the period after now)."""
+
+    def __init__(self, start_s: float, period_s: float) -> None:
+        self.next_at = start_s
+        self._period_s = period_s
+
+    def consume(self, now: float) -> None:
+        missed = max(0, math.floor((now - self.next_at) / self._period_s))
+        self.next_at += self._period_s * (missed + 1)
+        if self.next_at <= now:  # rounding: never a second tick at the same instant
+            self.next_at += self._period_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Shutdown:
+    def __str__(self) -> str:
+        return "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class _CandidacyChanged:
+    closed: bool
+
+    def __str__(self) -> str:
+        return "candidacy watch closed" if self.closed else "candidacy changed"
+
+
+@dataclass(frozen=True, slots=True)
+class _Timer:
+    def __str__(self) -> str:
+        return "operation deadline passed"
+
+
+@dataclass(frozen=True, slots=True)
+class _Completed:
+    result: LeaseOutcome | LaminarError
+
+
+_Event = _Shutdown | _CandidacyChanged | _Timer | _Completed
+
+
+@dataclass(slots=True)
+class _TermState:
+    valid_until: float | None = None
+    observation: LeaderLeaseObservation | None = None
+    held_token: int | None = None  # None at start: a fresh manager begins a new term (S9)
+
+    def clear(self) -> None:
+        self.valid_until, self.observation, self.held_token = None, None, None
+
+
+async def _settled(operation: Callable[[], Awaitable[LeaseOutcome]]) -> LeaseOutcome | LaminarError:
+    """The operation's outcome, with its expected errors as values (a raising child would tear
+    down the TaskGroup that races it)."""
+    try:
+        return await operation()
+    except LaminarError as error:
+        return error
+    except TimeoutError as error:
+        return DeadlineExceeded(f"leader lease operation timed out: {error}")
+
+
+class LeaderLeaseManager:
+    """Acquires and renews the leader lease for one exact process incarnation."""
+
+    def __init__(
+        self,
+        authority: LeaderLeaseAuthority,
+        owner: LeaderLeaseOwner,
+        config: LeaseManagerConfig,
+        clock: Clock,
+    ) -> None:
+        with writing("leader lease manager owner"):
+            validate_owner(owner)
+        authority_ttl_ms = ttl_ms_of(authority.ttl_s)
+        if config.ttl_ms != authority_ttl_ms:
+            raise InvalidArgument(
+                f"leader lease manager: ttl {config.ttl_ms} ms must equal the store's ttl "
+                f"{authority_ttl_ms} ms"
+            )
+        self._authority = authority
+        self._owner = owner
+        self._config = config
+        self._clock = clock
+        self._deadline = LeaseDeadline(clock)
+        self._watch = LeaseWatch()
+        self._started = False
+
+    @property
+    def owner(self) -> LeaderLeaseOwner:
+        return self._owner
+
+    @property
+    def deadline(self) -> LeaseDeadline:
+        """The shared monotonic gate for leader hot paths."""
+        return self._deadline
+
+    @property
+    def lease_watch(self) -> LeaseWatch:
+        return self._watch
+
+    def grants_leadership(self) -> bool:
+        """`lease_grants_leadership` on the published lease and the live deadline."""
+        return lease_grants_leadership(self._watch.current(), self._owner, self._deadline.is_live())
+
+    def proof(self) -> LeaderProof | None:
+        """The current proof, only while `lease_grants_proof` holds for it."""
+        lease = self._watch.current()
+        if lease is None:
+            return None
+        proof = lease.proof()
+        if not lease_grants_proof(lease, self._owner, self._deadline.is_live(), proof):
+            return None
+        return proof
+
+    async def run(self, candidacy: CandidacyWatch, shutdown: asyncio.Event) -> None:
+        """The renewal loop (spec §4.9.3). Returns after fencing; every exit path fences,
+        cancellation included. A manager runs once: after it, build a new one."""
+        if self._started:
+            raise InvalidArgument("leader lease manager: run() was already called")
+        self._started = True
+        try:
+            await self._loop(candidacy, shutdown)
+        finally:
+            self._fence("manager stopped", logging.INFO)
+
+    async def _loop(self, candidacy: CandidacyWatch, shutdown: asyncio.Event) -> None:
+        ticker = _Ticker(self._clock.monotonic(), self._config.renew_interval_s)
+        state = _TermState()
+        generation = candidacy.current().generation
+        while True:  # the service loop: it ends only by fencing
+            seen = candidacy.current()
+            if seen.generation != generation:
+                # S9: a changed generation means a grant was lost; never renew its token
+                self._withdraw("candidacy generation changed")
+                state.clear()
+                generation = seen.generation
+            if not seen.eligible:
+                self._withdraw("not a candidate")
+                state.clear()
+                event = await self._race(None, candidacy, seen, shutdown, wake_at=None)
+                if isinstance(event, _CandidacyChanged) and not event.closed:
+                    continue
+                self._fence(f"stopped while ineligible: {event}", logging.INFO)
+                return
+            wake_at = ticker.next_at
+            if state.valid_until is not None:
+                wake_at = min(wake_at, state.valid_until)
+            event = await self._race(None, candidacy, seen, shutdown, wake_at=wake_at)
+            if isinstance(event, _Shutdown | _CandidacyChanged):
+                if isinstance(event, _CandidacyChanged) and not event.closed:
+                    continue
+                self._fence(f"stopped: {event}", logging.INFO)
+                return
+            now = self._clock.monotonic()
+            if state.valid_until is not None and now >= state.valid_until:
+                self._fence("renewal missed its deadline")  # S8
+                return
+            if now < ticker.next_at:
+                continue
+            ticker.consume(now)
+            if not await self._attempt(candidacy, seen, shutdown, state):
+                return
+
+    async def _attempt(
+        self,
+        candidacy: CandidacyWatch,
+        seen: LeaderCandidacy,
+        shutdown: asyncio.Event,
+        state: _TermState,
+    ) -> bool:
+        """One lease operation; False when the manager fenced and must exit."""
+        # S8: validity is anchored at the START of the attempt, never at the response
+        attempt_valid_until = self._clock.monotonic() + self._config.ttl_s
+        op_deadline = attempt_valid_until
+        if state.valid_until is not None:
+            op_deadline = min(op_deadline, state.valid_until)
+        operation = self._operation(state, op_deadline)
+        event = await self._race(operation, candidacy, seen, shutdown, wake_at=op_deadline)
+        if isinstance(event, _CandidacyChanged) and not event.closed:
+            logger.info("leader lease operation abandoned: candidacy changed")
+            return True
+        if isinstance(event, _Shutdown | _CandidacyChanged):
+            self._fence(f"operation stopped: {event}", logging.INFO)
+            return False
+        if isinstance(event, _Timer):
+            self._fence(f"operation abandoned: {event}")  # S8: a hung request ends the grant
+            return False
+        if self._late(attempt_valid_until, state):
+            return False
+        return self._handle(event.result, attempt_valid_until, state)
+
+    def _operation(
+        self, state: _TermState, op_deadline: float
+    ) -> Callable[[], Awaitable[LeaseOutcome]]:
+        authority, owner = self._authority, self._owner
+        observation, token = state.observation, state.held_token
+        if observation is not None:
+            return lambda: authority.try_takeover(owner, observation, deadline=op_deadline)
+        if token is not None:
+            return lambda: authority.renew_exact(owner, token, deadline=op_deadline)
+        return lambda: authority.begin_new_term(owner, deadline=op_deadline)
+
+    def _late(self, attempt_valid_until: float, state: _TermState) -> bool:
+        """S8: an answer at or after either validity instant never counts: fence."""
+        now = self._clock.monotonic()
+        if now >= attempt_valid_until or (
+            state.valid_until is not None and now >= state.valid_until
+        ):
+            self._fence("response arrived after its validity")
+            return True
+        return False
+
+    def _handle(
+        self, result: LeaseOutcome | LaminarError, attempt_valid_until: float, state: _TermState
+    ) -> bool:
+        """Apply one completed operation; False when the manager fenced and must exit."""
+        if isinstance(result, Fenced):
+            self._fence(f"operation was fenced: {result}")  # S6
+            return False
+        if isinstance(result, LaminarError):
+            logger.warning("leader lease operation failed: %s", result)
+            return True  # keep the state; the next tick retries, valid_until still binds
+        if isinstance(result, Acquired):
+            lease = result.lease
+            if lease.owner != self._owner:
+                self._fence(f"acquired for another owner {lease.owner}")
+                return False
+            if self._late(attempt_valid_until, state):
+                return False
+            state.observation = None
+            state.valid_until = attempt_valid_until
+            state.held_token = lease.token
+            self._deadline.extend_until(attempt_valid_until)
+            self._watch.publish(lease)
+            logger.debug("leader lease granted: seq %d token %d", lease.seq, lease.token)
+            return True
+        self._on_held(result, state)
+        return True
+
+    def _on_held(self, held: Held, state: _TermState) -> None:
+        self._withdraw("a rival holds the leader lease")
+        state.valid_until, state.held_token = None, None
+        rival = held.lease
+        observed = state.observation
+        if observed is not None and observed.lease.liveness_identity() == rival.liveness_identity():
+            return  # S7: an unchanged rival keeps the running observation
+        try:
+            state.observation = self._authority.observe_rival(self._owner, rival)
+        except LaminarError as error:
+            logger.warning("leader lease observation rejected: %s", error)
+            state.observation = None
+
+    async def _race(
+        self,
+        operation: Callable[[], Awaitable[LeaseOutcome]] | None,
+        candidacy: CandidacyWatch,
+        seen: LeaderCandidacy,
+        shutdown: asyncio.Event,
+        *,
+        wake_at: float | None,
+    ) -> _Event:
+        """The first of: shutdown, a candidacy change, `wake_at`, the operation's completion
+        (checked in that order). The other waiters, the operation included, are cancelled."""
+        timed_out = False
+        async with asyncio.TaskGroup() as group:
+            stop = group.create_task(shutdown.wait())
+            change = group.create_task(candidacy.wait_changed(seen))
+            work = None if operation is None else group.create_task(_settled(operation))
+            tasks: set[asyncio.Task[object]] = {stop, change}
+            if work is not None:
+                tasks.add(work)
+            try:
+                timed_out = await self._wait_first(tasks, wake_at)
+            finally:
+                for task in tasks:
+                    task.cancel()
+        if shutdown.is_set() or (stop.done() and not stop.cancelled()):
+            return _Shutdown()
+        if candidacy.current() != seen or candidacy.closed:
+            return _CandidacyChanged(closed=candidacy.current() == seen)
+        if timed_out or (wake_at is not None and self._clock.monotonic() >= wake_at):
+            return _Timer()
+        assert work is not None and not work.cancelled(), "a race returned without an event"
+        return _Completed(work.result())
+
+    async def _wait_first(self, tasks: set[asyncio.Task[object]], wake_at: float | None) -> bool:
+        """Wait for the first task; True when `wake_at` came first."""
+        if wake_at is None:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            return False
+        try:
+            async with self._clock.timeout_at(wake_at):
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            return True
+        return False
+
+    def _withdraw(self, reason: str) -> None:
+        if self._watch.current() is not None or self._deadline.valid_until is not None:
+            logger.info("leader lease withdrawn: %s", reason)
+        self._deadline.withdraw()
+        self._watch.publish(None)
+
+    def _fence(self, reason: str, level: int = logging.WARNING) -> None:
+        if not self._deadline.terminal:
+            logger.log(level, "leader lease fenced: %s", reason)
+        self._deadline.fence()
+        self._watch.publish(None)

@@ -1,0 +1,59 @@
+"""Result types of the leader authority's operations (spec_leader_lease §3.11).
+
+Expected race results are values, not errors (STYLE.md): `Acquired | Held` for lease
+operations, `Created | ExistingIdentical | Contended` for appends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The caller's exact incarnation owns the returned lease record."""
+
+    lease: LeaderLease
+
+
+@dataclass(frozen=True)
+class Held:
+    """A rival owns the authority; `lease` is the rival's current lease."""
+
+    lease: LeaderLease
+
+
+LeaseOutcome = Acquired | Held
+
+
+@dataclass(frozen=True)
+class AppendCreated:
+    """Our create of the candidate record succeeded and the pointer names it (or its successor
+    was not yet published)."""
+
+
+@dataclass(frozen=True)
+class AppendExistingIdentical:
+    """The byte-identical candidate was already durable (an ambiguous retry, or another caller
+    appended the same thing). Reported as Unchanged by decision callers, never as Created."""
+
+
+@dataclass(frozen=True)
+class AppendContended:
+    """Another record holds the target sequence, or the head moved past it. Our own record may
+    still be durable in the chain: callers re-derive their answer from `winner`."""
+
+    winner: LeaderAuthorityRecord
+
+
+AppendOutcome = AppendCreated | AppendExistingIdentical | AppendContended
+
+
+@dataclass(frozen=True)
+class LeaderLeaseObservation:
+    """A rival's lease as seen at `started_s` on the observer's monotonic clock."""
+
+    lease: LeaderLease
+    started_s: float
