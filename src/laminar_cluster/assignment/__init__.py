@@ -1,0 +1,1 @@
+"""Vnode assignment: key to vnode, rendezvous placement, and (to come) the snapshot store."""
