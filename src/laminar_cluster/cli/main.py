@@ -76,6 +76,24 @@ def checkpoints(store: StoreOption, as_json: JsonOption = False) -> None:
     raise typer.Exit(_guard(lambda: run_checkpoints(store, as_json=as_json)))
 
 
+@app.command("lease")
+def lease(store: StoreOption, as_json: JsonOption = False) -> None:
+    """The leader lease: owner, token, renewal sequence, sequence, age and (diagnostic) validity.
+    Read-only."""
+    from laminar_cluster.cli.lease_view import run_lease
+
+    raise typer.Exit(_guard(lambda: run_lease(store, as_json=as_json)))
+
+
+@app.command("authority")
+def authority(store: StoreOption, as_json: JsonOption = False) -> None:
+    """Audit the whole leader authority log and print its decisions; exit 1 naming the record on
+    any violation. Read-only."""
+    from laminar_cluster.cli.lease_view import run_authority
+
+    raise typer.Exit(_guard(lambda: run_authority(store, as_json=as_json)))
+
+
 @bench_app.command("checkpoint-ids")
 def bench_checkpoint_ids(
     store: StoreOption,

@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.checkpoint.validate import writing
-from laminar_cluster.clock import Clock
+from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec.types import I64_MAX, I64_MIN
 from laminar_cluster.errors import (
     CorruptRecord,
-    DeadlineExceeded,
     Fenced,
     InvalidArgument,
     StoreUnavailable,
@@ -152,7 +150,7 @@ async def try_takeover(
         return Held(lease=observation.lease)
     expires_at_ms = _diagnostic_expiry(now_ms, ctx.ttl_ms)
     observed = observation.lease.liveness_identity()
-    async with _bounded(ctx.clock, deadline, "leader takeover"):
+    async with within_deadline(ctx.clock, deadline, "leader takeover"):
         for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
             if attempt:
                 await ctx.clock.sleep(0)
@@ -193,7 +191,7 @@ async def _acquire(
     _check_owner(owner)
     expires_at_ms = _diagnostic_expiry(now_ms, ctx.ttl_ms)
     what = "exact leader renewal" if rule is _SameOwner.EXACT else "leader term"
-    async with _bounded(ctx.clock, deadline, what):
+    async with within_deadline(ctx.clock, deadline, what):
         for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
             if attempt:
                 await ctx.clock.sleep(0)
@@ -302,15 +300,3 @@ def _check_owner(owner: LeaderLeaseOwner) -> None:
 def _check_lease(lease: LeaderLease) -> None:
     with writing("observed leader lease"):
         validate_lease(lease)
-
-
-@asynccontextmanager
-async def _bounded(clock: Clock, deadline: float, what: str) -> AsyncIterator[None]:
-    """Run the block under the caller's absolute monotonic deadline; DeadlineExceeded after."""
-    if clock.monotonic() >= deadline:
-        raise DeadlineExceeded(f"{what}: deadline passed before the operation started")
-    try:
-        async with clock.timeout_at(deadline):
-            yield
-    except TimeoutError as error:
-        raise DeadlineExceeded(f"{what}: deadline passed") from error
