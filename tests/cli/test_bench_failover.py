@@ -1,5 +1,5 @@
 """`run_bench_failover` with a short TTL and two rounds on file://: the JSON figures' shape,
-S8 on every kill (the new leader's grant comes after the killed leader's last deadline), and
+S8 on every kill (the new term was granted after the killed leader's last deadline), and
 the namespace cleaned up afterwards."""
 
 from __future__ import annotations
@@ -58,13 +58,14 @@ def test_bench_failover_figures_file(tmp_path: Path) -> None:
     assert figures["failover_min_s"] <= figures["failover_p50_s"] <= figures["failover_p99_s"]
     assert figures["failover_ttl_ratio_p50"] == round(figures["failover_p50_s"] / TTL_S, 4)
     assert figures["floor_s"] == TTL_S - RENEW_S / 2
-    # S8: no rival was granted before the killed leader's last believed deadline had passed.
+    # S8: the new term was granted only after the killed leader's last deadline.
     assert figures["s8_margin_min_s"] > 0
-    # Each kill waited for 3 renewals of a steady leader. A renewal is a head read (pointer
-    # GET, records S and S+1) plus the record create and the pointer update: 5 requests.
+    # Each kill waited for 3 renewals of a steady leader. A steady renewal starts from the
+    # head its process last published: the record create and the pointer update, 2 requests
+    # (a renewal right after a takeover or a foreign append reads the head first).
     assert figures["renewals_measured"] >= 2 * 3
-    assert figures["requests_per_renewal"] == 5.0
-    assert figures["meets_request_target"] is False
+    assert 2.0 <= figures["requests_per_renewal"] <= 3.0
+    assert figures["meets_request_target"] is True
     # The namespace was removed.
     assert figures["namespace"].startswith(f"{root}/bench-failover-")
     assert not Path(figures["namespace"]).exists()

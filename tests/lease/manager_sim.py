@@ -263,6 +263,12 @@ class PausingAuthority:
         await self._pause()
         return outcome
 
+    async def load(self) -> LeaderLease | None:
+        await self._pause()
+        lease = await self.inner.load()
+        await self._pause()
+        return lease
+
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         return await self._paused(lambda: self.inner.begin_new_term(owner, deadline=deadline))
 

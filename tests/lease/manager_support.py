@@ -50,6 +50,11 @@ class FakeAuthority:
         self.respond_after_s: dict[str, float] = {}
         self.errors: dict[str, list[LaminarError]] = {}
 
+    async def load(self) -> LeaderLease | None:
+        self.calls.append("load")
+        self.call_times.append(self.clock.monotonic())
+        return self.lease
+
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         return await self._run("begin_new_term", lambda: self._begin(owner))
 

@@ -15,18 +15,36 @@ the operating system's, so a replay is close, not exact). `TORTURE_SOAK_S` sets 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from laminar_cluster.cli.bench_failover import ContenderFleet
+from laminar_cluster.lease import contender
+from laminar_cluster.lease.contender import EXIT_OK, EXIT_STORE_REFUSED, run_contender
+from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLeaseOwner
 from laminar_cluster.store import open_store
-from tests.processes.torture_checker import Verdict, check_all
+from tests.processes.torture_checker import (
+    Belief,
+    Decision,
+    Run,
+    Verdict,
+    beliefs_of,
+    check_all,
+    check_beliefs_disjoint,
+    check_decisions,
+    check_durable_tokens,
+)
+from tests.support.scripted_store import ScriptedStore
+from tests.unit.lease.builders import OWNER, abort, lease, uid
 
 PAUSE_MIN_S, PAUSE_MAX_S = 0.2, 3.0
 RESTART_DELAY_MAX_S = 1.0
@@ -221,3 +239,122 @@ def test_election_torture_soak_s3(s3_url: str, tmp_path: Path) -> None:
         renew_interval_s=0.3,
     )
     assert verdict.takeovers >= 10
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def test_contender_in_process_leads_decides_and_counts_terms(tmp_path: Path) -> None:
+    """One contender alone on memory://: it starts, is granted token 1, renews, records Aborts
+    with epochs 1, 2, ... (all Created), stops after its time and ends its belief; a second
+    start on the same log takes process term 2."""
+    log = tmp_path / "node-7.log"
+    options: dict[str, Any] = {"ttl_s": 0.5, "renew_interval_s": 0.1, "decisions": True}
+    options["log_path"] = str(log)
+    assert run_contender("memory://", 7, stop_after_s=1.0, **options) == EXIT_OK
+    events = _events(log)
+    kinds = [event["event"] for event in events]
+    assert kinds[:3] == ["start", "manager", "granted"]
+    assert kinds[-2:] == ["stop", "ended"]
+    assert (events[0]["node"], events[0]["process_term"]) == (7, 1)
+    assert events[2]["token"] == 1
+    assert events[2]["believed_from"] <= events[2]["at"] < events[2]["until"]
+    assert kinds.count("renewed") >= 3
+    decisions = [event for event in events if event["event"] == "decision"]
+    assert decisions, kinds
+    assert [d["epoch"] for d in decisions] == list(range(1, len(decisions) + 1))
+    assert {d["result"] for d in decisions} == {"Created"}
+    assert {d["token"] for d in decisions} == {1}
+    assert run_contender("memory://", 7, stop_after_s=0.2, **options) == EXIT_OK
+    starts = [event for event in _events(log) if event["event"] == "start"]
+    assert [event["process_term"] for event in starts] == [1, 2]
+    assert starts[0]["boot"] != starts[1]["boot"]  # S10: a restart is another owner
+
+
+def test_contender_refuses_a_store_without_compare_and_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S23: a store that rejects conditional updates fails the contract probe: exit code 2,
+    a `refused` event, and no leadership attempted."""
+
+    def without_updates(url: str) -> ScriptedStore:
+        store = ScriptedStore(open_store(url))
+        store.reject_updates = True
+        return store
+
+    monkeypatch.setattr(contender, "open_store", without_updates)
+    log = tmp_path / "node-3.log"
+    code = run_contender(
+        "memory://",
+        3,
+        ttl_s=0.5,
+        renew_interval_s=0.1,
+        log_path=str(log),
+        decisions=True,
+        stop_after_s=1.0,
+    )
+    assert code == EXIT_STORE_REFUSED
+    events = _events(log)
+    assert [event["event"] for event in events] == ["refused"]
+    assert "update_if_match" in str(events[0]["reason"])
+
+
+# The checker itself must catch what it is for: overlaps, token reuse, deposed admissions.
+
+
+def _run(node: int, boot: str, *events: tuple[str, float, int, float]) -> Run:
+    run = Run(node=node, boot=boot, process_term=1)
+    for kind, at, token, until in events:
+        event = {"event": kind, "at": at, "token": token, "until": until, "believed_from": at}
+        run.events.append(event)
+    return run
+
+
+def test_checker_belief_intervals_and_overlaps() -> None:
+    leader = _run(1, uid(1), ("granted", 10.0, 1, 11.0), ("renewed", 10.5, 1, 11.5))
+    killed = beliefs_of(leader)  # no `ended`: a kill; the belief lasts to its last deadline
+    assert killed == [Belief(1, uid(1), 1, 10.0, 11.5)]
+    ended = beliefs_of(_run(1, uid(1), ("granted", 10.0, 1, 11.0), ("ended", 10.2, 1, 11.0)))
+    assert ended == [Belief(1, uid(1), 1, 10.0, 10.2)]
+    late = beliefs_of(_run(1, uid(1), ("granted", 10.0, 1, 11.0), ("ended", 12.0, 1, 11.0)))
+    assert late == [Belief(1, uid(1), 1, 10.0, 11.0)]  # min(ended, deadline)
+    successor = Belief(2, uid(2), 2, 11.5, 13.0)
+    check_beliefs_disjoint([*killed, successor])  # touching is not overlapping
+    with pytest.raises(AssertionError, match="overlapping leaders"):
+        check_beliefs_disjoint([*killed, Belief(2, uid(2), 2, 11.4, 13.0)])
+    with pytest.raises(AssertionError, match="older token"):
+        check_beliefs_disjoint([*killed, Belief(2, uid(2), 0, 12.0, 13.0)])
+
+
+def _records(*terms: tuple[int, LeaderLeaseOwner]) -> list[LeaderAuthorityRecord]:
+    return [
+        LeaderAuthorityRecord.initial(lease(seq=seq, renewal=seq, token=token, owner=owner))
+        for seq, (token, owner) in enumerate(terms, start=1)
+    ]
+
+
+def test_checker_durable_tokens() -> None:
+    rival = LeaderLeaseOwner(node=8, boot=uid(2), process_term=1)
+    good = _records((1, OWNER), (1, OWNER), (2, rival), (3, OWNER))
+    beliefs = [Belief(8, uid(2), 2, 1.0, 2.0)]
+    assert check_durable_tokens(good, beliefs) == 2
+    with pytest.raises(AssertionError, match="token 2 has two owners"):
+        check_durable_tokens(_records((1, OWNER), (2, OWNER), (2, rival)), [])
+    with pytest.raises(AssertionError, match="token regressed"):
+        check_durable_tokens(_records((2, OWNER), (1, OWNER)), [])
+    with pytest.raises(AssertionError, match="belief without a durable term"):
+        check_durable_tokens(good, [Belief(8, uid(2), 3, 1.0, 2.0)])
+
+
+def test_checker_decisions_admitted_under_their_own_term() -> None:
+    record = abort()  # epoch 30 admitted at token 2 with a token-2 proof
+    proof_boot = OWNER.boot
+    assert check_decisions([record], [Decision(7, proof_boot, 2, 30, "Created", 1.0)]) == 1
+    deposed = replace(record, lease=replace(record.lease, token=3))
+    with pytest.raises(AssertionError, match="admitted epoch 30 of token 2 under token 3"):
+        check_decisions([deposed], [])
+    with pytest.raises(AssertionError, match="logged Created for epoch 31"):
+        check_decisions([record], [Decision(7, proof_boot, 2, 31, "Created", 1.0)])
+    # Fenced or failed attempts need not be durable.
+    assert check_decisions([record], [Decision(7, proof_boot, 2, 31, "Fenced", 1.0)]) == 1

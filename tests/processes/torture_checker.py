@@ -2,8 +2,10 @@
 prove (spec_leader_lease §4.9, §5 S4, S5, S8).
 
 1. No two believed-leader intervals of different terms overlap (S8). A term's belief in one
-   process is [granted.at, min(ended.at, the last `until` logged)]: a process killed while
-   leader contributes an interval ending at its last deadline.
+   process is [believed_from, min(ended.at, the last `until` logged)]: believed_from is when
+   the acquiring response arrived (before the grant was published, so before anything could
+   act on it); a process killed while leader contributes an interval ending at its last
+   deadline.
 2. Tokens only grow along the durable log, and each token belongs to exactly one owner (S4);
    every belief names a (boot, token) the durable log holds.
 3. Every admitted cluster outcome carries a proof whose token (and owner) is the lease of the
@@ -105,7 +107,7 @@ def beliefs_of(run: Run) -> list[Belief]:
         if kind == "granted":
             if token is not None:
                 close(event["at"])
-            token, start, until = event["token"], event["at"], event["until"]
+            token, start, until = event["token"], event["believed_from"], event["until"]
         elif kind == "renewed":
             assert token == event["token"], f"renewal of an unheld token: {event}"
             until = max(until, event["until"])
@@ -178,9 +180,9 @@ def check_durable_tokens(records: list[LeaderAuthorityRecord], beliefs: list[Bel
                 takeovers += 1
         previous = record
     for belief in beliefs:
-        owner = owners.get(belief.token)
-        assert owner is not None and owner[:2] == (belief.node, belief.boot), (
-            f"belief without a durable term: {belief.describe()} (durable owner {owner})"
+        durable = owners.get(belief.token)
+        assert durable is not None and durable[:2] == (belief.node, belief.boot), (
+            f"belief without a durable term: {belief.describe()} (durable owner {durable})"
         )
     return takeovers
 

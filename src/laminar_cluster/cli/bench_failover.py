@@ -12,7 +12,7 @@ renewal, and a rival may take over only a full TTL after it), and the leader's s
 per renewal in steady state (each contender counts its requests with `CountingStore` and logs
 the running total with every renewal).
 
-Every round also checks S8 on the logs: the new leader's grant comes after the killed leader's
+Every round also checks S8 on the logs: the new term was granted after the killed leader's
 last believed deadline (`s8_margin_min_s` > 0).
 """
 
@@ -37,8 +37,10 @@ from typing import Any, Final
 from laminar_cluster.cli.bench_store import percentile
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
+from laminar_cluster.lease.contender import EXIT_STORE_REFUSED
 from laminar_cluster.lease.log import load_published_head
 from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store.probe import StoreContractViolated
 
 NODES: Final = (1, 2, 3)
 STEADY_RENEWALS: Final = 3  # renewals of the leader before a kill, so the rivals observe it
@@ -158,6 +160,19 @@ class ContenderFleet:
                 return events[index:]
         return []
 
+    def require_running(self, nodes: tuple[int, ...]) -> None:
+        """Fail at once if a contender exited by itself: exit 2 is a refused store (S23)."""
+        for node in nodes:
+            process = self.processes.get(node)
+            code = None if process is None else process.poll()
+            if code is None:
+                continue
+            refused = [e for e in self.events.get(node, []) if e["event"] == "refused"]
+            if code == EXIT_STORE_REFUSED:
+                reason = refused[-1]["reason"] if refused else "see its stderr"
+                raise StoreContractViolated(f"contender {node} refused the store: {reason}")
+            raise RuntimeError(f"contender {node} exited with {code}; see {self.log_dir}")
+
     def believer(self, now: float) -> tuple[int, int] | None:
         """(node, token) of a live process whose latest belief is live at `now`, if any."""
         for node in self.processes:
@@ -195,6 +210,7 @@ class _Bench:
         while time.monotonic() < deadline:
             time.sleep(POLL_S * 5)
             fleet.refresh()
+            fleet.require_running(NODES)
             found = fleet.believer(time.monotonic())
             if found is None or not all(fleet.alive(n) and fleet.current_run(n) for n in NODES):
                 continue
@@ -223,10 +239,10 @@ class _Bench:
                 for node in NODES
                 if node != killed
                 for event in fleet.current_run(node)
-                if event["event"] == "granted" and event["at"] > kill_at and event["token"] > token
+                if event["event"] == "granted" and event["token"] > token
             ]
             if grants:
-                return min(grants, key=lambda event: float(event["at"]))
+                return min(grants, key=lambda event: float(event["believed_from"]))
         raise DeadlineExceeded(f"bench failover: no new leader after node {killed} was killed")
 
     def round(self) -> tuple[float, float, tuple[int, int]]:
@@ -241,7 +257,8 @@ class _Bench:
         last_until = max(float(e["until"]) for e in run if e.get("until") is not None)
         grant = self.first_grant_after(leader, token, kill_at)
         fleet.start(leader)
-        granted_at = float(grant["at"])
+        granted_at = float(grant["believed_from"])  # when the acquiring response arrived
+        # S8: the new term was granted only after the killed leader's last deadline.
         return granted_at - kill_at, granted_at - last_until, _renewal_cost(run)
 
 

@@ -120,6 +120,31 @@ def bench_checkpoint_ids(
     raise typer.Exit(_guard(run))
 
 
+@bench_app.command("failover")
+def bench_failover(
+    store: StoreOption,
+    rounds: Annotated[int, typer.Option(min=1, help="Leader kills to time.")] = 10,
+    ttl_s: Annotated[float, typer.Option("--ttl", help="Lease TTL in seconds.")] = 3.0,
+    renew_s: Annotated[float, typer.Option("--renew", help="Renewal interval in seconds.")] = 1.0,
+    as_json: JsonOption = False,
+) -> None:
+    """SIGKILL the leader of 3 contender processes repeatedly; time each failover to the first
+    proof granted to a new leader; store requests per renewal in steady state."""
+    from laminar_cluster.cli.bench_failover import run_bench_failover
+
+    def run() -> int:
+        figures = run_bench_failover(store, rounds=rounds, ttl_s=ttl_s, renew_interval_s=renew_s)
+        if as_json:
+            print_json(figures)
+        else:
+            for name, value in figures.items():
+                if name != "failover_s":
+                    console.print(f"{name:<32} {value}")
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
 @app.command("demo")
 def demo(
     store: Annotated[

@@ -15,7 +15,12 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease import log, term
 from laminar_cluster.lease.log import PublishedHead
-from laminar_cluster.lease.outcomes import AppendOutcome, LeaderLeaseObservation, LeaseOutcome
+from laminar_cluster.lease.outcomes import (
+    AppendContended,
+    AppendOutcome,
+    LeaderLeaseObservation,
+    LeaseOutcome,
+)
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.probe import verify_store_contract
@@ -38,6 +43,8 @@ class LeaderLeaseStore:
         # The checkpoint decision store of the same namespace: deployment identity, canonical
         # cluster outcomes and recovery capsules (spec §8.5). Decision operations require it.
         self.decisions = decisions
+        # The head this process last published: lets a renewal skip the head reads.
+        self.head_cache = log.HeadCache()
         # Called after every successful append (§4.8.1); the prune scheduler installs itself.
         self.prune_hook: Callable[[], None] | None = None
 
@@ -53,6 +60,7 @@ class LeaderLeaseStore:
             clock=self.clock,
             ttl_ms=term.ttl_ms_of(self.ttl_s),
             on_appended=self.prune_hook,
+            head_cache=self.head_cache,
         )
 
     async def verify_store_contract(self, timeout_s: float) -> None:
@@ -77,9 +85,13 @@ class LeaderLeaseStore:
         self, expected_head: PublishedHead | None, candidate: LeaderAuthorityRecord
     ) -> AppendOutcome:
         """Append `candidate` right after `expected_head` (§4.1.6), scheduling a prune."""
-        return await log.append(
+        self.head_cache.clear()
+        outcome = await log.append(
             self.store, self.clock, expected_head, candidate, on_appended=self.prune_hook
         )
+        if not isinstance(outcome, AppendContended):
+            self.head_cache.set(outcome.published)
+        return outcome
 
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         """Acquire an empty namespace or rotate our own token; `Held` on a rival (§4.3.1)."""

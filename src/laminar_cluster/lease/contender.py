@@ -1,33 +1,20 @@
-"""A leader-election contender process: the lease manager on a real store, with a log of every
-interval it believed it led and every decision it tried (spec_leader_lease §4.9, §6; invariants
-S4, S5, S8, S10).
+"""A leader-election contender process: the lease manager on a real store, logging every
+interval it believed it led and every decision it tried (spec_leader_lease §4.9, §6; S4, S5,
+S8, S10). The election torture test and `bench failover` spawn several on one store (`python -m
+laminar_cluster.lease.contender`, or the spawn target `contender_process`).
 
-The election torture test and `laminar-cluster bench failover` spawn several of these on one
-store (`python -m laminar_cluster.lease.contender`, or the spawn target `contender_process`),
-stop, continue, kill and restart them, and check the logs against the durable log.
+Each start is a new owner (S10): the node id, a fresh boot uuid4, and a process term one above
+the last start's (a counter file next to the log). A store failing the contract probe (§4.2,
+S23) is refused with exit code 2.
 
-Each start is a new owner (S10): node id from the caller, a fresh boot uuid4, and a process term
-one above the last start's, kept in a counter file next to the log. The store must pass the
-contract probe first (§4.2, S23); a failing store is refused with exit code 2.
-
-The log is JSON lines, one `os.write` each on an O_APPEND descriptor, with `at` on the Clock's
-monotonic time (RealClock: `time.monotonic`, shared by processes of one host):
-
-| event      | fields                                                             |
-|------------|--------------------------------------------------------------------|
-| `start`    | pid, node, boot, process_term, ttl_s                               |
-| `granted`  | token, seq, until: the first belief in a term (`at` = believed_from) |
-| `renewed`  | token, seq, until: the manager extended the grant's deadline        |
-| `ended`    | token, until: belief ended at `at` (a killed process logs none)     |
-| `decide`   | token, epoch: a decision attempt under that proof starts            |
-| `decision` | token, epoch, result (Created/Unchanged/Conflict/Fenced/error name) |
-| `manager`  | generation: a new manager (the previous one fenced, §4.9.3)         |
-| `stop`, `refused`, `crash` | why the process ends                               |
-
-`until` is the manager's LeaseDeadline instant (S8: anchored at the attempt start); a belief
-holds on [believed_from, min(until, ended)]. The decision loop logs through `Beliefs.sync()`
-before it acts, so nothing is done on an unlogged belief. `requests` (in granted/renewed) counts
-this process's store requests so far (`CountingStore`), for the bench's requests per renewal.
+The log is JSON lines (one `os.write` each, O_APPEND); `at` is monotonic (RealClock's
+`time.monotonic`, shared by the processes of one host). Events: `start` (pid, node, boot,
+process_term, ttl_s), `manager`, `granted` (token, seq, until, believed_from: when the acquiring
+response arrived), `renewed` (token, seq, until), `ended` (token, until; none when killed),
+`decide`/`decision` (token, epoch, result), `stop`, `refused`, `crash`. `until` is the
+manager's LeaseDeadline (S8: anchored at the attempt start); a belief holds on [believed_from,
+min(until, ended)]. Decisions log through `believe()` first, so no act rests on an unlogged
+belief. `requests` counts this process's store requests (`CountingStore`) for the bench.
 """
 
 from __future__ import annotations
@@ -40,7 +27,8 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Final
 
 from laminar_cluster.checkpoint import DecisionStore
@@ -56,7 +44,8 @@ from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.candidacy import CandidacyWatch
 from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
 from laminar_cluster.lease.manager import LeaderLeaseManager, LeaseManagerConfig
-from laminar_cluster.lease.records import LeaderLeaseOwner
+from laminar_cluster.lease.outcomes import Acquired, LeaderLeaseObservation, LeaseOutcome
+from laminar_cluster.lease.records import LeaderLease, LeaderLeaseOwner
 from laminar_cluster.store import open_store
 from laminar_cluster.store.counting import CountingStore
 from laminar_cluster.store.probe import verify_store_contract
@@ -68,6 +57,7 @@ DECISION_INTERVAL_S: Final = 0.3
 PROBE_TIMEOUT_S: Final = 10.0
 BELIEF_POLL_S: Final = 0.05
 MANAGER_RESTARTS_MAX: Final = 100_000
+Owner = LeaderLeaseOwner
 FENCE_DIGEST: Final = tuple(range(1, 33))  # of the one-participant fence each Abort names
 
 
@@ -104,68 +94,62 @@ class EventLog:
 
 def next_process_term(counter_path: str) -> int:
     """One above the term of the last start on this node (1 at first), made durable by rename."""
-    try:
-        with open(counter_path, encoding="ascii") as file:
-            text = file.read().strip()
-    except FileNotFoundError:
-        text = "0"
+    path = Path(counter_path)
+    text = path.read_text(encoding="ascii").strip() if path.exists() else "0"
     if not text.isdigit():
         raise ValueError(f"{counter_path}: process term counter {text[:40]!r} is not a number")
-    term = int(text) + 1
-    scratch = f"{counter_path}.{os.getpid()}.tmp"
-    with open(scratch, "w", encoding="ascii") as file:
-        file.write(f"{term}\n")
-    os.replace(scratch, counter_path)
-    return term
+    scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    scratch.write_text(f"{int(text) + 1}\n", encoding="ascii")
+    os.replace(scratch, path)
+    return int(text) + 1
 
 
-class Beliefs:
-    """What this process believes about its leadership, logged on every change (S8)."""
+class _TimedAuthority:
+    """The manager's lease operations, noting when each term's first grant arrived."""
 
-    def __init__(self, log: EventLog, requests: CountingStore) -> None:
-        self._log = log
-        self._requests = requests
-        self._token: int | None = None
-        self._until: float | None = None
+    def __init__(self, inner: LeaderLeaseStore, clock: Clock) -> None:
+        self.inner, self._clock, self.ttl_s = inner, clock, inner.ttl_s
+        self.granted_at: dict[int, float] = {}
 
-    def sync(self, manager: LeaderLeaseManager) -> LeaderProof | None:
-        """The proof the manager grants now (None unless `lease_grants_proof` holds), after
-        logging any change of belief since the last call."""
-        proof = manager.proof()
-        until = manager.deadline.valid_until
-        lease = manager.lease_watch.current()
-        if proof is None or until is None or lease is None:
-            self.end()
-            return None
-        token = proof.fencing_token
-        kind = "renewed" if token == self._token else "granted"
-        if kind == "granted":
-            self.end()
-        if kind == "granted" or until != self._until:
-            requests = self._requests.total
-            self._log.write(kind, token=token, seq=lease.seq, until=until, requests=requests)
-        self._token, self._until = token, until
-        return proof
+    def _noted(self, outcome: LeaseOutcome) -> LeaseOutcome:
+        if isinstance(outcome, Acquired):
+            self.granted_at.setdefault(outcome.lease.token, self._clock.monotonic())
+        return outcome
 
-    def end(self) -> None:
-        if self._token is not None:
-            self._log.write("ended", token=self._token, until=self._until)
-        self._token, self._until = None, None
+    async def load(self) -> LeaderLease | None:
+        return await self.inner.load()
+
+    async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
+        return self._noted(await self.inner.begin_new_term(owner, deadline=deadline))
+
+    async def renew_exact(self, owner: Owner, token: int, *, deadline: float) -> LeaseOutcome:
+        return self._noted(await self.inner.renew_exact(owner, token, deadline=deadline))
+
+    def observe_rival(self, owner: Owner, lease: LeaderLease) -> LeaderLeaseObservation:
+        return self.inner.observe_rival(owner, lease)
+
+    async def try_takeover(
+        self, owner: Owner, observation: LeaderLeaseObservation, *, deadline: float
+    ) -> LeaseOutcome:
+        return self._noted(await self.inner.try_takeover(owner, observation, deadline=deadline))
 
 
 @dataclass
 class _Contender:
-    """One process's running state, shared by its tasks."""
+    """One process's running state, shared by its tasks, and what it believes about its
+    leadership, logged on every change (S8)."""
 
     config: ContenderConfig
     clock: Clock
     log: EventLog
-    authority: LeaderLeaseStore
+    timed: _TimedAuthority  # the authority, timing grants for the manager
     owner: LeaderLeaseOwner
-    beliefs: Beliefs
+    requests: CountingStore
     shutdown: asyncio.Event = field(default_factory=asyncio.Event)
     manager: LeaderLeaseManager | None = None
     stop_at: float = 0.0
+    token: int | None = None  # of the believed term
+    until: float | None = None  # its deadline, as last logged
 
     def running(self) -> bool:
         return not self.shutdown.is_set() and self.clock.monotonic() < self.stop_at
@@ -176,24 +160,47 @@ class _Contender:
             async with self.clock.timeout_at(self.clock.monotonic() + seconds):
                 await self.shutdown.wait()
 
+    def believe(self, manager: LeaderLeaseManager) -> LeaderProof | None:
+        """The proof the manager grants now (None unless `lease_grants_proof` holds), after
+        logging any change of belief since the last call."""
+        proof, lease = manager.proof(), manager.lease_watch.current()
+        until = manager.deadline.valid_until
+        if proof is None or until is None or lease is None:
+            self.end_belief()
+            return None
+        token = proof.fencing_token
+        kind = "renewed" if token == self.token else "granted"
+        if kind == "granted":
+            self.end_belief()
+        if kind == "granted" or until != self.until:
+            fields: dict[str, Any] = {"seq": lease.seq, "until": until}
+            if kind == "granted":
+                fields["believed_from"] = self.timed.granted_at[token]
+            self.log.write(kind, token=token, requests=self.requests.total, **fields)
+        self.token, self.until = token, until
+        return proof
+
+    def end_belief(self) -> None:
+        if self.token is not None:
+            self.log.write("ended", token=self.token, until=self.until)
+        self.token, self.until = None, None
+
 
 async def _lead(contender: _Contender) -> None:
     """Run lease managers back to back: a fenced manager is replaced by a new one, which begins
     a new term with a new token (§4.9.3, S9)."""
     config = contender.config
-    manager_config = LeaseManagerConfig(
-        ttl_s=config.ttl_s, renew_interval_s=config.renew_interval_s
-    )
+    manager_config = LeaseManagerConfig(config.ttl_s, config.renew_interval_s)
     for generation in range(1, MANAGER_RESTARTS_MAX + 1):
         if not contender.running():
             return
         manager = LeaderLeaseManager(
-            contender.authority, contender.owner, manager_config, contender.clock
+            contender.timed, contender.owner, manager_config, contender.clock
         )
         contender.manager = manager
         contender.log.write("manager", generation=generation)
         await manager.run(CandidacyWatch(eligible=True), contender.shutdown)
-        contender.beliefs.sync(manager)  # fenced: the belief ends now
+        contender.believe(manager)  # fenced: the belief ends now
         await contender.pause(config.renew_interval_s)
     _stop(contender, f"{MANAGER_RESTARTS_MAX} managers fenced")
 
@@ -205,7 +212,7 @@ async def _watch_beliefs(contender: _Contender) -> None:
         if manager is None:
             await contender.pause(BELIEF_POLL_S)
             continue
-        contender.beliefs.sync(manager)
+        contender.believe(manager)
         seen = manager.lease_watch.version
         with contextlib.suppress(TimeoutError):
             async with contender.clock.timeout_at(contender.clock.monotonic() + BELIEF_POLL_S):
@@ -220,7 +227,7 @@ async def _decide(contender: _Contender) -> None:
         manager = contender.manager
         if manager is None or not contender.running():
             continue
-        proof = contender.beliefs.sync(manager)  # logged before it is acted on
+        proof = contender.believe(manager)  # logged before it is acted on
         if proof is not None:
             await _decide_once(contender, proof)
 
@@ -232,7 +239,7 @@ async def _decide_once(contender: _Contender, proof: LeaderProof) -> None:
     epoch: int | None = None
     try:
         async with clock.timeout_at(clock.monotonic() + budget_s):
-            head = await contender.authority.load_record()
+            head = await contender.timed.inner.load_record()
         last = None if head is None else head.outcome_head
         epoch = 1 if last is None else last.epoch + 1
         log.write("decide", token=token, epoch=epoch)
@@ -241,7 +248,7 @@ async def _decide_once(contender: _Contender, proof: LeaderProof) -> None:
         # resumed, deposed leader must be refused by the log alone (S5).
         await contender.pause(clock.random.uniform(0, contender.config.decision_think_s))
         result: object = await record_cluster_outcome(
-            contender.authority,
+            contender.timed.inner,
             proof,
             epoch=epoch,
             checkpoint_id=epoch,
@@ -309,14 +316,16 @@ async def _run(config: ContenderConfig, clock: Clock, log: EventLog, store: Coun
         process_term=next_process_term(f"{config.log_path}.process-term"),
     )
     decisions = DecisionStore.shared(store, clock=clock)
-    authority = LeaderLeaseStore(store, clock=clock, ttl_s=config.ttl_s, decisions=decisions)
+    timed = _TimedAuthority(
+        LeaderLeaseStore(store, clock=clock, ttl_s=config.ttl_s, decisions=decisions), clock
+    )
     contender = _Contender(
         config=config,
         clock=clock,
         log=log,
-        authority=authority,
+        timed=timed,
         owner=owner,
-        beliefs=Beliefs(log, store),
+        requests=store,
         stop_at=clock.monotonic() + config.stop_after_s,
     )
     fields = {"pid": os.getpid(), "node": owner.node, "boot": owner.boot}
@@ -334,7 +343,7 @@ async def _run(config: ContenderConfig, clock: Clock, log: EventLog, store: Coun
     except Exception as error:  # a bug: log it where the checker looks, then fail loudly
         log.write("crash", error=repr(error)[:2000])
         raise
-    contender.beliefs.end()
+    contender.end_belief()
     return EXIT_OK
 
 
@@ -354,16 +363,9 @@ def run_contender(
     random pause of up to this long between taking a proof and recording with it (a leader's
     work between the two), which widens the window a SIGSTOP can land in."""
     config = ContenderConfig(
-        store_url=store_url,
-        node_id=node_id,
-        ttl_s=ttl_s,
-        renew_interval_s=renew_interval_s,
-        log_path=log_path,
-        decisions=decisions,
-        stop_after_s=stop_after_s,
-        decision_think_s=decision_think_s,
+        store_url, node_id, ttl_s, renew_interval_s, log_path, decisions, stop_after_s
     )
-    return asyncio.run(_contend(config))
+    return asyncio.run(_contend(replace(config, decision_think_s=decision_think_s)))
 
 
 def contender_process(store_url: str, node_id: int, **options: Any) -> None:
@@ -373,14 +375,14 @@ def contender_process(store_url: str, node_id: int, **options: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m laminar_cluster.lease.contender")
-    parser.add_argument("--store", required=True, help="store URL")
-    parser.add_argument("--node", type=int, required=True, help="node id (nonzero)")
-    parser.add_argument("--ttl", type=float, required=True, help="lease ttl in seconds")
-    parser.add_argument("--renew", type=float, required=True, help="renew interval in seconds")
-    parser.add_argument("--log", required=True, help="JSON-lines log path (appended)")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--node", type=int, required=True)
+    parser.add_argument("--ttl", type=float, required=True)
+    parser.add_argument("--renew", type=float, required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--stop-after", type=float, required=True)
     parser.add_argument("--decisions", action="store_true", help="record Aborts while leader")
     parser.add_argument("--think", type=float, default=0.0, help="max s from proof to record")
-    parser.add_argument("--stop-after", type=float, required=True, help="seconds to run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     contender_process(

@@ -81,6 +81,26 @@ class PublishedHead:
     pointer: VersionedPointer
 
 
+class HeadCache:
+    """The head this process last published or read, as a hint for its next append.
+
+    A stale hint is safe: the append's create at hint + 1 fails (the key exists) and the
+    caller re-reads. It saves a lease renewal the three reads of the head (pointer, S, S+1).
+    """
+
+    def __init__(self) -> None:
+        self._head: PublishedHead | None = None
+
+    def get(self) -> PublishedHead | None:
+        return self._head
+
+    def set(self, head: PublishedHead | None) -> None:
+        self._head = head
+
+    def clear(self) -> None:
+        self._head = None
+
+
 def new_pointer(clock: Clock, sequence: int) -> AuthorityHeadPointer:
     """A pointer body for `sequence` with a fresh random nonce (spec §2.3; never reused)."""
     return AuthorityHeadPointer(
@@ -128,28 +148,46 @@ async def publish_pointer(
 
     The result can be larger than `target_seq` when someone else published past it.
     """
-    mode: PutMode = CREATE
-    if expected is not None:
-        # S2: the pointer only ever moves to the exact successor of what was read.
-        if expected.sequence + 1 != target_seq:
-            raise InvalidArgument(
-                f"{HEAD_PATH}: leader authority head update is not the exact successor "
-                f"({expected.sequence} -> {target_seq})"
-            )
-        # S23: no native compare-and-swap token means no safe update.
-        if expected.e_tag is None and expected.version is None:
-            raise CorruptRecord(
-                f"{HEAD_PATH}: leader authority store did not provide a native conditional "
-                "update version",
-                key=HEAD_PATH,
-            )
-        mode = IfMatch(e_tag=expected.e_tag, version=expected.version)
-    body = encode_pointer(new_pointer(clock, target_seq))
+    mode: PutMode = CREATE if expected is None else _update_mode(expected, target_seq)
+    published, _ = await _publish_pointer(store, clock, target_seq, mode, expected)
+    return published
+
+
+def _update_mode(expected: VersionedPointer, target_seq: int) -> IfMatch:
+    """The update-if-match that moves the pointer from `expected` to `target_seq`."""
+    # S2: the pointer only ever moves to the exact successor of what was read.
+    if expected.sequence + 1 != target_seq:
+        raise InvalidArgument(
+            f"{HEAD_PATH}: leader authority head update is not the exact successor "
+            f"({expected.sequence} -> {target_seq})"
+        )
+    # S23: no native compare-and-swap token means no safe update.
+    if expected.e_tag is None and expected.version is None:
+        raise CorruptRecord(
+            f"{HEAD_PATH}: leader authority store did not provide a native conditional "
+            "update version",
+            key=HEAD_PATH,
+        )
+    return IfMatch(e_tag=expected.e_tag, version=expected.version)
+
+
+async def _publish_pointer(
+    store: ObjectStore,
+    clock: Clock,
+    target_seq: int,
+    mode: PutMode,
+    expected: VersionedPointer | None,
+) -> tuple[int, VersionedPointer | None]:
+    """The published sequence, and the pointer we wrote with its new token when the store
+    acknowledged the write with one (None after a reconciled or token-less write)."""
+    written = new_pointer(clock, target_seq)
     try:
-        await store.put(HEAD_PATH, body, mode)
+        result = await store.put(HEAD_PATH, encode_pointer(written), mode)
     except _WRITE_ERRORS as error:
-        return await _reconcile_pointer(store, target_seq, expected, error)
-    return target_seq
+        return await _reconcile_pointer(store, target_seq, expected, error), None
+    if result.e_tag is None and result.version is None:
+        return target_seq, None
+    return target_seq, VersionedPointer(pointer=written, e_tag=result.e_tag, version=result.version)
 
 
 async def _reconcile_pointer(
@@ -345,13 +383,19 @@ async def append(
         if durable != candidate:
             return AppendContended(winner=await _winner(store, clock))
         created = False  # ambiguous success: reported as ExistingIdentical, never Created
-    published = await publish_pointer(store, clock, seq, expected_pointer)
+    mode: PutMode = CREATE
+    if expected_pointer is not None:
+        mode = _update_mode(expected_pointer, seq)
+    published, pointer = await _publish_pointer(store, clock, seq, mode, expected_pointer)
     if published > seq:
         if created:
             _schedule(on_appended)
         return AppendContended(winner=await _winner(store, clock))
     _schedule(on_appended)
-    return AppendCreated() if created else AppendExistingIdentical()
+    head = None if pointer is None else PublishedHead(record=candidate, pointer=pointer)
+    if created:
+        return AppendCreated(published=head)
+    return AppendExistingIdentical(published=head)
 
 
 def _expected_pointer(

@@ -31,7 +31,13 @@ from typing import Final, Protocol
 from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.checkpoint.validate import writing
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import DeadlineExceeded, Fenced, InvalidArgument, LaminarError
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    Fenced,
+    InvalidArgument,
+    LaminarError,
+)
 from laminar_cluster.lease.candidacy import CandidacyWatch, LeaderCandidacy
 from laminar_cluster.lease.deadline import LeaseDeadline, LeaseWatch
 from laminar_cluster.lease.limits import DEFAULT_RENEW_INTERVAL_S, DEFAULT_TTL_S
@@ -49,6 +55,8 @@ class LeaseManagerConfig:
 
     ttl_s: float = DEFAULT_TTL_S
     renew_interval_s: float = DEFAULT_RENEW_INTERVAL_S
+    # How often a rival re-reads the head while it observes; None = renew_interval_s / 4.
+    observe_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         ttl_ms_of(self.ttl_s)  # > 0, finite, whole milliseconds, fits i64
@@ -57,6 +65,17 @@ class LeaseManagerConfig:
                 f"leader lease manager: renew interval {self.renew_interval_s} s must be "
                 f"positive and below the ttl {self.ttl_s} s"
             )
+        observe = self.observe_interval_s
+        if observe is not None and not (math.isfinite(observe) and 0 < observe <= self.ttl_s):
+            raise InvalidArgument(
+                f"leader lease manager: observe interval {observe} s must be in (0, ttl]"
+            )
+
+    @property
+    def observe_every_s(self) -> float:
+        if self.observe_interval_s is not None:
+            return self.observe_interval_s
+        return self.renew_interval_s / 4
 
     @property
     def ttl_ms(self) -> int:
@@ -68,6 +87,8 @@ class LeaderLeaseAuthority(Protocol):
 
     @property
     def ttl_s(self) -> float: ...
+
+    async def load(self) -> LeaderLease | None: ...
 
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome: ...
 
@@ -132,6 +153,7 @@ class _TermState:
     valid_until: float | None = None
     observation: LeaderLeaseObservation | None = None
     held_token: int | None = None  # None at start: a fresh manager begins a new term (S9)
+    next_poll: float = 0.0  # while observing: when to re-read the rival's liveness
 
     def clear(self) -> None:
         self.valid_until, self.observation, self.held_token = None, None, None
@@ -231,9 +253,7 @@ class LeaderLeaseManager:
                     continue
                 self._fence(f"stopped while ineligible: {event}", logging.INFO)
                 return
-            wake_at = ticker.next_at
-            if state.valid_until is not None:
-                wake_at = min(wake_at, state.valid_until)
+            wake_at = self._wake_at(ticker, state)
             event = await self._race(None, candidacy, seen, shutdown, wake_at=wake_at)
             if isinstance(event, _Shutdown | _CandidacyChanged):
                 if isinstance(event, _CandidacyChanged) and not event.closed:
@@ -244,11 +264,69 @@ class LeaderLeaseManager:
             if state.valid_until is not None and now >= state.valid_until:
                 self._fence("renewal missed its deadline")  # S8
                 return
+            if state.observation is not None:
+                if not await self._observing(now, ticker, candidacy, seen, shutdown, state):
+                    return
+                continue
             if now < ticker.next_at:
                 continue
             ticker.consume(now)
             if not await self._attempt(candidacy, seen, shutdown, state):
                 return
+
+    def _wake_at(self, ticker: _Ticker, state: _TermState) -> float:
+        """The next tick; while observing, the next poll or the takeover instant instead."""
+        observation = state.observation
+        if observation is not None:
+            return min(state.next_poll, observation.started_s + self._config.ttl_s)
+        if state.valid_until is not None:
+            return min(ticker.next_at, state.valid_until)
+        return ticker.next_at
+
+    async def _observing(
+        self,
+        now: float,
+        ticker: _Ticker,
+        candidacy: CandidacyWatch,
+        seen: LeaderCandidacy,
+        shutdown: asyncio.Event,
+        state: _TermState,
+    ) -> bool:
+        """While a rival is observed: take over exactly when a full ttl has passed since the
+        observation started (S7), else re-read the head every `observe_every_s` so that the
+        observation of the rival's last renewal starts as soon after it as possible."""
+        observation = state.observation
+        assert observation is not None
+        if now >= observation.started_s + self._config.ttl_s:
+            ticker.consume(now)
+            return await self._attempt(candidacy, seen, shutdown, state)
+        if now < state.next_poll:
+            return True
+        state.next_poll = now + self._config.observe_every_s
+        event = await self._race(
+            self._poll_rival, candidacy, seen, shutdown, wake_at=now + self._config.ttl_s
+        )
+        if isinstance(event, _Shutdown):
+            self._fence("stopped: shutdown", logging.INFO)
+            return False
+        if isinstance(event, _CandidacyChanged):
+            if event.closed:
+                self._fence("stopped: candidacy watch closed", logging.INFO)
+                return False
+            return True
+        if isinstance(event, _Completed):
+            if isinstance(event.result, Held):
+                self._on_held(event.result, state)
+            elif isinstance(event.result, LaminarError):
+                logger.warning("leader lease observation read failed: %s", event.result)
+        return True
+
+    async def _poll_rival(self) -> LeaseOutcome:
+        """The current head as `Held`, for `_on_held` to keep or restart the observation."""
+        lease = await self._authority.load()
+        if lease is None:
+            raise CorruptRecord("observed leader lease disappeared")
+        return Held(lease=lease)
 
     async def _attempt(
         self,
@@ -330,10 +408,16 @@ class LeaderLeaseManager:
         self._withdraw("a rival holds the leader lease")
         state.valid_until, state.held_token = None, None
         rival = held.lease
+        if rival.owner == self._owner:
+            # Our own earlier (abandoned or ambiguous) takeover landed: there is no rival to
+            # observe. The next tick begins a new term, which rotates the token (S9).
+            state.observation = None
+            return
         observed = state.observation
         if observed is not None and observed.lease.liveness_identity() == rival.liveness_identity():
             return  # S7: an unchanged rival keeps the running observation
         try:
+            state.next_poll = self._clock.monotonic() + self._config.observe_every_s
             state.observation = self._authority.observe_rival(self._owner, rival)
         except LaminarError as error:
             logger.warning("leader lease observation rejected: %s", error)

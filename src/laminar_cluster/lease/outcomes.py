@@ -6,9 +6,13 @@ operations, `Created | ExistingIdentical | Contended` for appends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease
+
+if TYPE_CHECKING:
+    from laminar_cluster.lease.log import PublishedHead
 
 
 @dataclass(frozen=True)
@@ -31,13 +35,18 @@ LeaseOutcome = Acquired | Held
 @dataclass(frozen=True)
 class AppendCreated:
     """Our create of the candidate record succeeded and the pointer names it (or its successor
-    was not yet published)."""
+    was not yet published). `published` is the new head with the pointer token we wrote, when
+    the store returned one (a hint for the next append; not part of equality)."""
+
+    published: PublishedHead | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class AppendExistingIdentical:
     """The byte-identical candidate was already durable (an ambiguous retry, or another caller
     appended the same thing). Reported as Unchanged by decision callers, never as Created."""
+
+    published: PublishedHead | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,11 @@ from laminar_cluster.errors import (
     StoreUnavailable,
 )
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import PublishedHead, append, load_published_head
+from laminar_cluster.lease.log import HeadCache, PublishedHead, append, load_published_head
 from laminar_cluster.lease.outcomes import (
     Acquired,
     AppendContended,
+    AppendOutcome,
     Held,
     LeaderLeaseObservation,
     LeaseOutcome,
@@ -55,6 +56,7 @@ class TermContext:
     clock: Clock
     ttl_ms: int
     on_appended: Callable[[], None] | None = None
+    head_cache: HeadCache | None = None  # this process's last published head: a hint
 
 
 class _SameOwner(enum.Enum):
@@ -162,9 +164,7 @@ async def try_takeover(
                 return Held(lease=current)  # the rival renewed, or someone else took over
             # S4: a takeover is a new term: the token advances.
             candidate = _next_record(head.record, owner, current.token + 1, expires_at_ms)
-            outcome = await append(
-                ctx.store, ctx.clock, head, candidate, on_appended=ctx.on_appended
-            )
+            outcome = await _append_cached(ctx, head, candidate)
             if not isinstance(outcome, AppendContended):
                 return Acquired(lease=candidate.lease)
             winner = outcome.winner
@@ -195,13 +195,14 @@ async def _acquire(
         for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
             if attempt:
                 await ctx.clock.sleep(0)
-            head = await load_published_head(ctx.store, ctx.clock)
+            # The first attempt may start from this process's own last head (a stale hint only
+            # costs a failed create, which re-reads); every retry reads the published head.
+            head = _usable_hint(ctx, owner, rule, token) if not attempt else None
+            head = head or await load_published_head(ctx.store, ctx.clock)
             candidate = _term_candidate(head, owner, rule, token, expires_at_ms)
             if isinstance(candidate, Held):
                 return candidate
-            outcome = await append(
-                ctx.store, ctx.clock, head, candidate, on_appended=ctx.on_appended
-            )
+            outcome = await _append_cached(ctx, head, candidate)
             if not isinstance(outcome, AppendContended):
                 return Acquired(lease=candidate.lease)
             winner = outcome.winner
@@ -214,6 +215,32 @@ async def _acquire(
             # Our own incarnation (or a decision under our term) took the slot: retry.
             _require_advanced(winner, head, what)
     raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+
+
+def _usable_hint(
+    ctx: TermContext, owner: LeaderLeaseOwner, rule: _SameOwner, token: int | None
+) -> PublishedHead | None:
+    """The cached head, only when it is ours under the expected token: a hint may let us skip
+    the reads before an append, never decide Held or Fenced (those need a fresh read)."""
+    cached = ctx.head_cache.get() if ctx.head_cache is not None else None
+    if cached is None or cached.record.lease.owner != owner:
+        return None
+    if rule is _SameOwner.EXACT and cached.record.lease.token != token:
+        return None
+    return cached
+
+
+async def _append_cached(
+    ctx: TermContext, head: PublishedHead | None, candidate: LeaderAuthorityRecord
+) -> AppendOutcome:
+    """Append, keeping the head cache equal to what we published (cleared on any doubt)."""
+    cache = ctx.head_cache
+    if cache is not None:
+        cache.clear()
+    outcome = await append(ctx.store, ctx.clock, head, candidate, on_appended=ctx.on_appended)
+    if cache is not None and not isinstance(outcome, AppendContended):
+        cache.set(outcome.published)
+    return outcome
 
 
 def _term_candidate(
