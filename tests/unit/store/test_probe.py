@@ -1,4 +1,5 @@
-"""The contract probe fails stores that lack a property the control plane needs."""
+"""The contract probe fails stores that lack a property the control plane needs (spec_leader_lease
+§4.2; §9 scenarios 30-34)."""
 
 from __future__ import annotations
 
@@ -104,23 +105,23 @@ def probe(store: ObjectStore, timeout_s: float = 5.0) -> dict[str, bool]:
     return {r.name: r.ok for r in report.results}
 
 
-def test_a_correct_store_passes_every_check() -> None:
+def test_30_probe_passes_on_cas_store() -> None:
     assert all(probe(Delegating()).values())
 
 
-def test_a_store_that_ignores_conditions_fails() -> None:
+def test_31_probe_detects_create_overwrite() -> None:
     results = probe(IgnoresConditions())
     assert results["create_exclusive"] is False
     assert not any(results.values()) or results["create_exclusive"] is False
 
 
-def test_a_store_that_accepts_stale_updates_fails() -> None:
+def test_32_probe_detects_stale_update_accepted() -> None:
     results = probe(AcceptsStaleUpdates())
     assert results["create_exclusive"] and results["update_if_match"]
     assert results["stale_update_rejected"] is False
 
 
-def test_a_store_without_versions_fails() -> None:
+def test_33_probe_missing_version_metadata() -> None:
     results = probe(NoVersions())
     assert results["create_exclusive"] is True
     assert results["read_metadata"] is False
@@ -132,7 +133,7 @@ def test_a_store_with_stale_reads_after_delete_fails() -> None:
     assert results["delete_visible"] is False
 
 
-def test_a_hanging_store_fails_within_the_timeout() -> None:
+def test_34_probe_timeout_on_a_hanging_store() -> None:
     results = probe(NeverAnswers(), timeout_s=0.2)
     assert results["create_exclusive"] is False
 
@@ -150,6 +151,6 @@ def test_verify_passes_silently_on_a_correct_store() -> None:
     assert asyncio.run(store.inner.list(PROBE_PREFIX)) == []
 
 
-def test_timeout_must_be_positive() -> None:
+def test_34_zero_timeout_is_invalid() -> None:
     with pytest.raises(InvalidArgument):
         asyncio.run(probe_store_contract(Delegating(), RealClock(), timeout_s=0))
