@@ -52,6 +52,25 @@ async def read_bytes(
     return got.body, got.meta
 
 
+async def read_content_addressed(
+    store: ObjectStore, key: str, *, what: str, expected_len: int
+) -> bytes:
+    """The exact bytes of a content-addressed object of known length. Missing, or any other
+    length (advertised or served), is CorruptRecord naming the object; the caller then checks
+    the digest and the canonical encoding."""
+    try:
+        got = await store.get(key, end=expected_len + 1)
+    except ObjectNotFound:
+        raise CorruptRecord(f"{key}: {what} is missing", key=key) from None
+    if got.meta.size != expected_len:
+        raise CorruptRecord(
+            f"{key}: {what} is {got.meta.size} bytes, expected {expected_len}", key=key
+        )
+    if len(got.body) != expected_len:
+        raise CorruptRecord(f"{key}: {what} payload length changed while reading", key=key)
+    return got.body
+
+
 async def read_record(
     store: ObjectStore,
     key: str,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.checkpoint.validate import proof_is_canonical, reading, writing
 from laminar_cluster.clock import within_deadline
@@ -33,7 +34,6 @@ from laminar_cluster.errors import (
     Fenced,
     LaminarError,
     ObjectAlreadyExists,
-    ObjectNotFound,
     PreconditionFailed,
     Refused,
     StoreError,
@@ -100,28 +100,17 @@ async def _read_blob(
     with writing(f"{_MANIFEST} reference"):
         validate_catalog_ref(ref)
     key = catalog_manifest_path(ref.sha256)
-    try:
-        got = await authority.store.get(key, end=ref.encoded_len + 1)
-    except ObjectNotFound:
-        raise CorruptRecord(f"{key}: {_MANIFEST} blob {ref.sha256} is missing", key=key) from None
-    if got.meta.size != ref.encoded_len:
-        raise CorruptRecord(
-            f"{key}: {_MANIFEST} blob {ref.sha256} is {got.meta.size} bytes, expected "
-            f"{ref.encoded_len}",
-            key=key,
-        )
-    if len(got.body) != ref.encoded_len:
-        raise CorruptRecord(
-            f"{key}: {_MANIFEST} blob {ref.sha256} payload length changed while reading", key=key
-        )
-    manifest = decode(got.body, CatalogManifest, key=key, max_bytes=ref.encoded_len)
+    body = await read_content_addressed(
+        authority.store, key, what=f"{_MANIFEST} blob {ref.sha256}", expected_len=ref.encoded_len
+    )
+    manifest = decode(body, CatalogManifest, key=key, max_bytes=ref.encoded_len)
     with reading(key):
         validate_catalog_manifest(manifest)
-    if _reference(manifest, got.body) != ref:
+    if _reference(manifest, body) != ref:
         raise CorruptRecord(
             f"{key}: {_MANIFEST} blob {ref.sha256} does not match its sealed reference", key=key
         )
-    return manifest, got.body
+    return manifest, body
 
 
 async def load_catalog_manifest(

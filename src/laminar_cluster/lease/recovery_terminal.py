@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.checkpoint.validate import (
     ShapeViolation,
     fence_is_canonical,
@@ -55,7 +56,6 @@ from laminar_cluster.errors import (
     InvalidArgument,
     LaminarError,
     ObjectAlreadyExists,
-    ObjectNotFound,
     PreconditionFailed,
     StoreError,
     StoreUnavailable,
@@ -281,25 +281,15 @@ async def load_recovery_release_terminal(
     with writing(f"{_TERMINAL} reference"):
         validate_release_ref(ref)
     key = terminal_path(ref)
-    try:
-        got = await authority.store.get(key, end=ref.encoded_len + 1)
-    except ObjectNotFound:
-        raise CorruptRecord(f"{key}: {_TERMINAL} {ref.sha256} is missing", key=key) from None
-    if got.meta.size != ref.encoded_len:
-        raise CorruptRecord(
-            f"{key}: {_TERMINAL} {ref.sha256} is {got.meta.size} bytes, expected {ref.encoded_len}",
-            key=key,
-        )
-    if len(got.body) != ref.encoded_len:
-        raise CorruptRecord(
-            f"{key}: {_TERMINAL} {ref.sha256} payload length changed while reading", key=key
-        )
+    body = await read_content_addressed(
+        authority.store, key, what=f"{_TERMINAL} {ref.sha256}", expected_len=ref.encoded_len
+    )
     # S21: strict parse and canonical bytes (codec), then every terminal rule.
-    terminal = decode(got.body, RecoveryAnnouncement, key=key, max_bytes=ref.encoded_len)
+    terminal = decode(body, RecoveryAnnouncement, key=key, max_bytes=ref.encoded_len)
     with reading(key):
         release = _terminal_release_id(terminal)
     actual = RecoveryReleaseTerminalRef(
-        release=release, sha256=sha256_hex(got.body), encoded_len=len(got.body)
+        release=release, sha256=sha256_hex(body), encoded_len=len(body)
     )
     if actual != ref:
         raise CorruptRecord(
