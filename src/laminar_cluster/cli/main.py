@@ -94,6 +94,21 @@ def authority(store: StoreOption, as_json: JsonOption = False) -> None:
     raise typer.Exit(_guard(lambda: run_authority(store, as_json=as_json)))
 
 
+@app.command("assignment")
+def assignment(
+    store: StoreOption,
+    version: Annotated[
+        int | None, typer.Option("--version", min=1, help="A version (default: the current one).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The vnode assignment: version, draining or committed, vnodes per node and a 256-cell map.
+    Read-only; exit 1 naming the object on a bad record."""
+    from laminar_cluster.cli.assignment_view import run_assignment
+
+    raise typer.Exit(_guard(lambda: run_assignment(store, version=version, as_json=as_json)))
+
+
 @bench_app.command("checkpoint-ids")
 def bench_checkpoint_ids(
     store: StoreOption,
