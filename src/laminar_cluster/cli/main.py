@@ -94,6 +94,14 @@ def authority(store: StoreOption, as_json: JsonOption = False) -> None:
     raise typer.Exit(_guard(lambda: run_authority(store, as_json=as_json)))
 
 
+@app.command("members")
+def members(store: StoreOption, as_json: JsonOption = False) -> None:
+    """Cluster members: node, state, term, boot, last renewal age. Read-only."""
+    from laminar_cluster.cli.members import run_members
+
+    raise typer.Exit(_guard(lambda: run_members(store, as_json=as_json)))
+
+
 @app.command("assignment")
 def assignment(
     store: StoreOption,

@@ -1,0 +1,95 @@
+"""The durable per-node process lease record (upstream_context §1.3, §2.1, §2.2, §2.11;
+spec_leader_lease §8.2; spec_rebalance §2.1).
+
+One object per node id holds the current incarnation's `ProcessLease` (node, boot owner,
+process term, renewal seq, diagnostic expiry), the node's announced state and the ttl it renews
+under. A renewal changes `lease.seq` and `nonce`; a new start changes `lease.owner`, and
+`lease.term`: these three make the liveness identity peers observe (ML-4).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, Literal
+
+from laminar_cluster.checkpoint.limits import U64_MAX
+from laminar_cluster.checkpoint.validate import ShapeViolation, canonical_uuid
+from laminar_cluster.codec import U64, Record, decode, encode_checked
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.lease.records import ProcessLease
+from laminar_cluster.lease.validate_decisions import process_lease_problem
+
+MAX_NODE_LEASE_RECORD_BYTES: Final = 1024
+FAILURE_DOMAIN_CHARS_MAX: Final = 64
+NODE_TTL_MS_MIN: Final = 10
+NODE_TTL_MS_MAX: Final = 600_000
+
+
+class NodeState(enum.Enum):
+    """The announced states (§2.2). `suspected` and `dead` are never written: an observer
+    derives them (`discovery`)."""
+
+    JOINING = "joining"
+    ACTIVE = "active"
+    DRAINING = "draining"
+    LEFT = "left"
+
+
+# ML-6: a node's announced state only moves forward along this order within one term.
+STATE_ORDER: Final = {
+    NodeState.JOINING: 0,
+    NodeState.ACTIVE: 1,
+    NodeState.DRAINING: 2,
+    NodeState.LEFT: 3,
+}
+
+
+class NodeLeaseRecord(Record):
+    """`membership/nodes/node={id:020}/lease.json`."""
+
+    version: Literal[1]
+    lease: ProcessLease
+    state: NodeState
+    ttl_ms: U64
+    nonce: str
+    failure_domain: str | None
+
+    def liveness_identity(self) -> tuple[str, int, int]:
+        """Equal identities mean no renewal and no new start happened in between (ML-4)."""
+        return (self.lease.owner, self.lease.term, self.lease.seq)
+
+
+def node_record_problem(record: NodeLeaseRecord, node: int) -> str | None:
+    """Why `record` is not a valid record of `node`, or None (run before writes, after reads)."""
+    problem = process_lease_problem(record.lease, node)
+    if problem is not None:
+        return problem
+    if record.lease.term > U64_MAX or record.lease.seq > U64_MAX:
+        return "process lease term or seq exceeds u64"
+    if not NODE_TTL_MS_MIN <= record.ttl_ms <= NODE_TTL_MS_MAX:
+        return f"ttl {record.ttl_ms} ms is outside [{NODE_TTL_MS_MIN}, {NODE_TTL_MS_MAX}] ms"
+    try:
+        canonical_uuid(record.nonce, "nonce")
+    except ShapeViolation as error:
+        return str(error)
+    domain = record.failure_domain
+    if domain is not None and not 0 < len(domain) <= FAILURE_DOMAIN_CHARS_MAX:
+        return f"failure domain is {len(domain)} chars; 1 to {FAILURE_DOMAIN_CHARS_MAX} allowed"
+    return None
+
+
+def encode_node_record(record: NodeLeaseRecord, *, key: str, node: int) -> bytes:
+    """Validate, then encode canonically; a bad record is our bug or bad input: never written."""
+    problem = node_record_problem(record, node)
+    if problem is not None:
+        raise InvalidArgument(f"{key}: {problem}")
+    return encode_checked(record, what=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+
+
+def decode_node_record(body: bytes, *, key: str, node: int) -> NodeLeaseRecord:
+    """Strict canonical decode plus validation; anything else is CorruptRecord, never trusted."""
+    record = decode(body, NodeLeaseRecord, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+    problem = node_record_problem(record, node)
+    if problem is not None:
+        raise CorruptRecord(f"{key}: {problem}", key=key)
+    return record
