@@ -1,4 +1,5 @@
-"""Rendezvous placement: the spec's vectors, and the minimal-movement properties."""
+"""Rendezvous placement (spec_rebalance §3.1-§3.3, T17-T21): the spec's vectors, and the
+minimal-movement properties."""
 
 from __future__ import annotations
 
@@ -35,11 +36,11 @@ def test_spec_weight_vectors() -> None:
         (8, [7, 3, 5], [5, 7, 3, 5, 5, 7, 5, 5]),
     ],
 )
-def test_spec_assignment_vectors(count: int, peers: list[int], expected: list[int]) -> None:
+def test_t18_rendezvous_vectors(count: int, peers: list[int], expected: list[int]) -> None:
     assert rendezvous_assignment(count, peers) == expected
 
 
-def test_spec_join_vector_256_vnodes() -> None:
+def test_t19_rendezvous_minimal_movement() -> None:
     before = rendezvous_assignment(256, [1, 2, 3])
     after = rendezvous_assignment(256, [1, 2, 3, 4])
     assert vnodes_per_node(before) == {1: 91, 2: 72, 3: 93}
@@ -48,11 +49,12 @@ def test_spec_join_vector_256_vnodes() -> None:
     assert len(moved) == 64 and all(after[v] == 4 for v in moved)
 
 
-def test_order_and_duplicates_do_not_matter() -> None:
+def test_t17_rendezvous_order_independent() -> None:
     assert rendezvous_assignment(64, [9, 2, 5, 2]) == rendezvous_assignment(64, [2, 5, 9])
 
 
-def test_no_peers_or_zero_node_is_refused() -> None:
+def test_t20_rendezvous_single_and_empty() -> None:
+    assert rendezvous_assignment(256, [42]) == [42] * 256
     with pytest.raises(InvalidArgument):
         rendezvous_assignment(4, [])
     with pytest.raises(InvalidArgument):
@@ -94,7 +96,7 @@ def participant(node: int, boot: int) -> FenceParticipant:
     return FenceParticipant(node_id=node, boot_incarnation=str(uuid.UUID(int=boot)))
 
 
-def test_spec_retain_recovery_predecessors_vector() -> None:
+def test_t21_retain_healthy_predecessor() -> None:
     assignment = rendezvous_assignment(2, [3, 5, 7])
     assert assignment == [5, 7]
     predecessors = [participant(3, 33), participant(9, 99)]
@@ -103,7 +105,7 @@ def test_spec_retain_recovery_predecessors_vector() -> None:
     assert assignment == [3, 7]
 
 
-def test_retain_fails_when_no_donor_exists() -> None:
+def test_t21_retain_without_a_donor_raises() -> None:
     assignment = [1]
     with pytest.raises(InvalidArgument, match="cannot retain healthy predecessor 2"):
         retain_recovery_predecessors(
