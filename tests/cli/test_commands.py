@@ -85,3 +85,13 @@ def test_bench_store_runs_against_s3(s3_server: S3Server) -> None:
     result = run("bench", "store", "--store", url, "--ops", "5", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["results"]["conditional_update"]["ops"] == 5
+
+
+@pytest.mark.processes
+def test_demo_runs_end_to_end_on_a_local_store(tmp_path: Path) -> None:
+    """`make demo`'s job: the probe, the exact multi-process counter, and leader failover."""
+    result = run("demo", "--store", f"file://{tmp_path}/demo", timeout_s=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the store meets the contract" in result.stdout
+    assert "final value 1000 (expected 1000)" in result.stdout
+    assert "one leader at a time" in result.stdout
