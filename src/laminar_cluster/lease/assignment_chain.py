@@ -20,8 +20,7 @@ chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, 
 from __future__ import annotations
 
 import itertools
-import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -38,7 +37,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
 )
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.log import PublishedHead, read_record
+from laminar_cluster.lease.log import PublishedHead, read_record_from, require_advanced
 from laminar_cluster.lease.outcomes import AppendContended
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
@@ -54,7 +53,6 @@ from laminar_cluster.lease.validate_chains import lease_matches_proof
 if TYPE_CHECKING:
     from laminar_cluster.lease.authority import LeaderLeaseStore
 
-_log: Final = logging.getLogger(__name__)
 
 AuditedDecision = tuple[AssignmentDecisionLink, AuthorityAssignmentDecision]
 
@@ -122,10 +120,7 @@ async def _audited_link(
     """The decision at `link`, checked against the record that admitted it, with that record's
     back link (validated to be strictly older)."""
     key = record_path(link.sequence)
-    if link.sequence == head_record.lease.seq:
-        record: LeaderAuthorityRecord | None = head_record
-    else:
-        record = await read_record(authority.store, link.sequence)
+    record = await read_record_from(authority.store, head_record, link.sequence)
     if record is None:
         raise InventoryChanged(
             f"{key}: assignment decision authority record {link.sequence} disappeared during audit"
@@ -172,7 +167,7 @@ async def prune_assignment_drain_decisions_before(
             head = await proof_head(authority, proof, what)
             current = head.record.assignment_decision_floor
             if current is not None and current.before_target_version >= before:
-                schedule_prune(authority)  # floors only move forward
+                authority.schedule_prune()  # floors only move forward
                 return current.before_target_version
             audited = await audit_assignment_decisions(authority, head.record)
             outcome = await authority.append(head, _floor_record(head.record, audited, before))
@@ -181,11 +176,11 @@ async def prune_assignment_drain_decisions_before(
             winner = outcome.winner
             reached = winner.assignment_decision_floor
             if reached is not None and reached.before_target_version >= before:
-                schedule_prune(authority)
+                authority.schedule_prune()
                 return reached.before_target_version
             if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
                 raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(winner, head, what)
+            require_advanced(winner, head.record.lease.seq, what)
     raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
 
 
@@ -275,24 +270,3 @@ async def proof_head(authority: LeaderLeaseStore, proof: LeaderProof, what: str)
             f"authority term (token {head.record.lease.token})"
         )
     return head
-
-
-def require_advanced(winner: LeaderAuthorityRecord, head: PublishedHead, what: str) -> None:
-    """A contended retry must see the sequence advance; otherwise the store misbehaves (§6)."""
-    base = head.record.lease.seq
-    if winner.lease.seq <= base:
-        key = record_path(winner.lease.seq)
-        raise CorruptRecord(
-            f"{key}: {what} contention did not advance the sequence past {base}", key=key
-        )
-
-
-def schedule_prune(authority: LeaderLeaseStore) -> None:
-    """Ask for a history prune (§4.8.1); a failing hook is logged, never fails the caller."""
-    hook = authority.prune_hook
-    if hook is None:
-        return
-    try:
-        hook()
-    except Exception:
-        _log.exception("leader authority prune scheduling failed")

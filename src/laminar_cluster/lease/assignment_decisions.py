@@ -50,9 +50,9 @@ from laminar_cluster.lease.assignment_chain import (
     decision_record,
     proof_head,
     prune_assignment_drain_decisions_before,
-    require_advanced,
 )
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
+from laminar_cluster.lease.log import require_advanced
 from laminar_cluster.lease.outcomes import AppendCreated, AppendExistingIdentical
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
@@ -241,7 +241,9 @@ async def _record(
                 return settled
             if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
                 raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(winner, head, f"assignment {_kind_name(kind)} decision")
+            require_advanced(
+                winner, head.record.lease.seq, f"assignment {_kind_name(kind)} decision"
+            )
     raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
 
 

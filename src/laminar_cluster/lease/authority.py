@@ -53,6 +53,10 @@ class LeaderLeaseStore:
             raise InvalidArgument("this leader authority was opened without a decision store")
         return self.decisions
 
+    def schedule_prune(self) -> None:
+        """Ask for a background history prune (§4.8.1); a failing hook is only logged."""
+        log.schedule_prune(self.prune_hook)
+
     def context(self) -> term.TermContext:
         """Store, clock, prune hook and the ttl, checked now (> 0, whole milliseconds)."""
         return term.TermContext(

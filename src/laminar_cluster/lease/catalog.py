@@ -45,10 +45,11 @@ from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,
     MAX_CATALOG_MANIFEST_BYTES,
 )
+from laminar_cluster.lease.log import require_advanced
 from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
 from laminar_cluster.lease.paths import catalog_manifest_path
 from laminar_cluster.lease.records import CatalogManifest, CatalogManifestRef, LeaderLease
-from laminar_cluster.lease.recovery_faults import next_sequence, require_advanced
+from laminar_cluster.lease.recovery_faults import next_sequence
 from laminar_cluster.lease.validate import (
     lease_matches_proof,
     validate_catalog_manifest,

@@ -19,7 +19,6 @@ caller's absolute monotonic `deadline` (DeadlineExceeded).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
@@ -41,6 +40,7 @@ from laminar_cluster.lease.limits import (
     OUTCOME_HISTORY_COMPACTION_TRIGGER,
     OUTCOME_HISTORY_RETAINED_LINKS,
 )
+from laminar_cluster.lease.log import require_advanced
 from laminar_cluster.lease.outcome_audit import (
     OutcomeSnapshot,
     audit_cache,
@@ -56,7 +56,6 @@ from laminar_cluster.lease.validate_chains import lease_matches_proof
 if TYPE_CHECKING:
     from laminar_cluster.lease.authority import LeaderLeaseStore
 
-_log: Final = logging.getLogger(__name__)
 _PRUNE: Final = "cluster outcome floor advance"
 
 ValidateArtifacts = Callable[[CheckpointOutcome], Awaitable[None]]
@@ -97,28 +96,12 @@ def settle_contention(
     """A lost append is retried only when the winner is our own term and moved the log on."""
     if not lease_matches_proof(winner.lease, proof):
         raise Fenced(f"{what} was fenced by a different durable leader term")  # S5
-    if winner.lease.seq <= base_seq:
-        key = record_path(winner.lease.seq)
-        raise CorruptRecord(
-            f"{key}: {what} contention did not advance the authority sequence past {base_seq}",
-            key=key,
-        )
+    require_advanced(winner, base_seq, what)
 
 
 def same_outcome_state(first: LeaderAuthorityRecord, second: LeaderAuthorityRecord) -> bool:
     """Renewals and seals are harmless to an outcome decision; new outcomes or floors are not."""
     return audit_key(first) == audit_key(second)
-
-
-def schedule_prune(authority: LeaderLeaseStore) -> None:
-    """Ask for a background history prune (§4.8.1); a failing hook is only logged."""
-    hook = authority.prune_hook
-    if hook is None:
-        return
-    try:
-        hook()
-    except Exception:
-        _log.exception("leader authority prune scheduling failed")
 
 
 def retained_by_floor(floor: AuthorityOutcomeFloor, snapshot: OutcomeSnapshot) -> OutcomeSnapshot:
@@ -312,7 +295,7 @@ async def _prune_attempt(
     current = require_term(await authority.load_record(), proof)
     existing = current.outcome_floor
     if existing is not None and existing.artifact_before_epoch >= before_epoch:
-        schedule_prune(authority)  # covered: no preflight is repeated
+        authority.schedule_prune()  # covered: no preflight is repeated
         return existing.artifact_before_epoch
     snapshot = await cached_audit(authority, current)
     if not any(o.epoch >= before_epoch and o.is_commit() for o in snapshot.outcomes):

@@ -116,6 +116,14 @@ async def read_record(store: ObjectStore, seq: int) -> LeaderAuthorityRecord | N
     return None if got is None else decode_record(got.body, key, seq)
 
 
+async def read_record_from(
+    store: ObjectStore, head: LeaderAuthorityRecord, seq: int
+) -> LeaderAuthorityRecord | None:
+    """Record `seq` of the history below `head`: the head itself when it is that record (read
+    once per walk), else `read_record`."""
+    return head if seq == head.lease.seq else await read_record(store, seq)
+
+
 async def read_pointer(store: ObjectStore) -> VersionedPointer | None:
     """The head pointer with its update version, or None if absent (§4.1.2)."""
     got = await _bounded_get(store, HEAD_PATH, MAX_AUTHORITY_HEAD_BYTES, "leader authority head")
@@ -389,9 +397,9 @@ async def append(
     published, pointer = await _publish_pointer(store, clock, seq, mode, expected_pointer)
     if published > seq:
         if created:
-            _schedule(on_appended)
+            schedule_prune(on_appended)
         return AppendContended(winner=await _winner(store, clock))
-    _schedule(on_appended)
+    schedule_prune(on_appended)
     head = None if pointer is None else PublishedHead(record=candidate, pointer=pointer)
     if created:
         return AppendCreated(published=head)
@@ -432,7 +440,18 @@ async def _winner(store: ObjectStore, clock: Clock) -> LeaderAuthorityRecord:
     return head.record
 
 
-def _schedule(on_appended: Callable[[], None] | None) -> None:
+def require_advanced(winner: LeaderAuthorityRecord, base_seq: int, what: str) -> None:
+    """A contended append is retried only if the winner moved the log past the head it was
+    appended after; a winner at or below it means the store misbehaves (spec §6, §7)."""
+    if winner.lease.seq <= base_seq:
+        key = record_path(winner.lease.seq)
+        raise CorruptRecord(
+            f"{key}: {what} contention did not advance the authority sequence past {base_seq}",
+            key=key,
+        )
+
+
+def schedule_prune(on_appended: Callable[[], None] | None) -> None:
     """Call the prune hook; a failing hook is logged, never fails the append (§4.8.1)."""
     if on_appended is None:
         return

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final
 from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument, Refused
 from laminar_cluster.lease.assignment_decisions import audit_assignment_decisions
 from laminar_cluster.lease.limits import LEADER_LEASE_PRUNE_TIMEOUT_S
-from laminar_cluster.lease.log import read_record
+from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.outcome_audit import cached_audit
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.prune_batches import (
@@ -228,15 +228,12 @@ async def _retained_release_admission(
     if link is None:
         return None
     key = record_path(link.sequence)
-    admission = head
-    if link.sequence != head.lease.seq:
-        found = await read_record(authority.store, link.sequence)
-        if found is None:
-            raise CorruptRecord(
-                f"{key}: retained recovery release authority link is broken: no admission record",
-                key=key,
-            )
-        admission = found
+    admission = await read_record_from(authority.store, head, link.sequence)
+    if admission is None:
+        raise CorruptRecord(
+            f"{key}: retained recovery release authority link is broken: no admission record",
+            key=key,
+        )
     commit = admission.recovery_release_commit
     if (
         admission.recovery_release_head != link

@@ -13,7 +13,7 @@ cleared request answers `AlreadyCleared` instead of being re-admitted.
 
 The spec's unbounded retry loop is bounded here by AUTHORITY_MUTATION_ATTEMPTS_MAX and by the
 caller's absolute monotonic `deadline` (DeadlineExceeded). This module also holds the two small
-helpers the other decision modules of this wave share (`within_deadline`, `require_advanced`).
+helpers the other decision modules share (`next_sequence`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.checkpoint.validate import writing
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import (
-    CorruptRecord,
     Fenced,
     InvalidArgument,
     StoreUnavailable,
 )
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
+from laminar_cluster.lease.log import require_advanced
 from laminar_cluster.lease.outcomes import AppendContended
-from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AuthorityRecoveryFaultSlot,
     LeaderAuthorityRecord,
@@ -196,14 +195,3 @@ def next_sequence(head: LeaderAuthorityRecord) -> int:
     if head.lease.seq >= U64_MAX:
         raise InvalidArgument("leader authority sequence exhausted")
     return head.lease.seq + 1
-
-
-def require_advanced(winner: LeaderAuthorityRecord, base_seq: int, what: str) -> None:
-    """A contended retry must see the sequence advance past the head it appended after;
-    otherwise the store misbehaves (§6, §7 "every mutator")."""
-    if winner.lease.seq <= base_seq:
-        key = record_path(winner.lease.seq)
-        raise CorruptRecord(
-            f"{key}: {what} authority contention did not advance the sequence past {base_seq}",
-            key=key,
-        )

@@ -32,7 +32,7 @@ from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,
     MAX_LEASE_HEAD_READ_ATTEMPTS,
 )
-from laminar_cluster.lease.log import read_record
+from laminar_cluster.lease.log import read_record_from, require_advanced
 from laminar_cluster.lease.outcomes import AppendContended
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
@@ -48,7 +48,6 @@ from laminar_cluster.lease.recovery_faults import (
     fault_inventory_of,
     fault_slot_of,
     next_sequence,
-    require_advanced,
 )
 from laminar_cluster.lease.recovery_terminal import (
     encode_terminal,
@@ -264,10 +263,7 @@ async def _terminal_from(
 ) -> RecoveryAnnouncement:
     """The terminal of `link`, fetched through its admission record (§4.6.7 step 2)."""
     key = record_path(link.sequence)
-    if link.sequence == head.lease.seq:
-        admission: LeaderAuthorityRecord | None = head
-    else:
-        admission = await read_record(authority.store, link.sequence)
+    admission = await read_record_from(authority.store, head, link.sequence)
     if admission is None:
         raise CorruptRecord(
             f"{key}: recovery release admission is missing from retained authority history",

@@ -32,7 +32,13 @@ from laminar_cluster.errors import (
     StoreUnavailable,
 )
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import HeadCache, PublishedHead, append, load_published_head
+from laminar_cluster.lease.log import (
+    HeadCache,
+    PublishedHead,
+    append,
+    load_published_head,
+    require_advanced,
+)
 from laminar_cluster.lease.outcomes import (
     Acquired,
     AppendContended,
@@ -41,7 +47,7 @@ from laminar_cluster.lease.outcomes import (
     LeaderLeaseObservation,
     LeaseOutcome,
 )
-from laminar_cluster.lease.paths import HEAD_PATH, record_path
+from laminar_cluster.lease.paths import HEAD_PATH
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
 from laminar_cluster.lease.validate import validate_lease, validate_owner
 from laminar_cluster.lease.validate_chains import lease_matches_proof
@@ -172,7 +178,7 @@ async def try_takeover(
                 return Held(lease=winner.lease)
             # A non-liveness append by the old term (fault, outcome, seal, floor) took the
             # slot: it does not reset the observation, so retry on the winner.
-            _require_advanced(winner, head, "leader takeover")
+            require_advanced(winner, head.record.lease.seq, "leader takeover")
     raise StoreUnavailable(
         f"leader takeover did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
     )
@@ -213,7 +219,7 @@ async def _acquire(
             if rule is _SameOwner.EXACT and winner.lease.token != token:
                 raise Fenced("exact leader renewal lost a same-owner CAS race")  # S6
             # Our own incarnation (or a decision under our term) took the slot: retry.
-            _require_advanced(winner, head, what)
+            require_advanced(winner, 0 if head is None else head.record.lease.seq, what)
     raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
 
 
@@ -298,17 +304,6 @@ def _next_record(
         catalog_manifest=current.catalog_manifest,
     )
     return head.preserve_with_lease(lease)
-
-
-def _require_advanced(winner: LeaderAuthorityRecord, head: PublishedHead | None, what: str) -> None:
-    """A contended retry must see the sequence advance; otherwise the store misbehaves (§6)."""
-    base = 0 if head is None else head.record.lease.seq
-    if winner.lease.seq <= base:
-        key = record_path(winner.lease.seq)
-        raise CorruptRecord(
-            f"{key}: {what} contention did not advance the authority sequence past {base}",
-            key=key,
-        )
 
 
 def _diagnostic_expiry(now_ms: int, ttl_ms: int) -> int:
