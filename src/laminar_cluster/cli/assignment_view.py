@@ -11,7 +11,6 @@ never writes.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,12 +22,12 @@ from laminar_cluster.assignment.snapshot_io import (
     load_materialization,
     load_raw,
 )
-from laminar_cluster.cli.output import console, error_console, print_json
+from laminar_cluster.cli.output import console, error_console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import LaminarError
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
-from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store import ObjectStore
 
 MAP_ROW_CELLS: Final = 16
 NODE_CODES: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -125,15 +124,8 @@ def run_assignment(url: str, *, version: int | None, as_json: bool) -> int:
     """`laminar-cluster assignment`: print one generation; exit 1 naming a bad object or an
     absent version (an empty store is reported and exits 0)."""
 
-    async def main() -> AssignmentView | str:
-        store = open_store(url)
-        try:
-            return await view_assignment(store, version)
-        finally:
-            await store.close()
-
     try:
-        view = asyncio.run(main())
+        view = run_on_store(url, lambda store: view_assignment(store, version))
     except LaminarError as error:
         return _fail(url, f"{type(error).__name__}: {error}", as_json)
     if view == _EMPTY and version is None:

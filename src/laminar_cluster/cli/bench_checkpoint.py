@@ -16,7 +16,6 @@ deleted at the end.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 import uuid
@@ -24,8 +23,9 @@ from typing import Any
 
 from laminar_cluster.checkpoint import CheckpointScope, CheckpointVerdict, DecisionStore
 from laminar_cluster.cli.bench_store import percentile
+from laminar_cluster.cli.output import run_on_store
 from laminar_cluster.clock import RealClock
-from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult, open_store
+from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
 from laminar_cluster.store.counting import CountingStore
 
 _DEADLINE_S = 600.0
@@ -171,13 +171,9 @@ def run_bench_checkpoint_ids(
 ) -> dict[str, Any]:
     """Run the bench on the store `url` names; return its figures (JSON-ready)."""
 
-    async def main() -> dict[str, Any]:
-        store = open_store(url)
-        try:
-            return await bench_checkpoint_ids(
-                store, local_ids=local_ids, shared_ids=shared_ids, outcomes=outcomes
-            )
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
+    return run_on_store(
+        url,
+        lambda store: bench_checkpoint_ids(
+            store, local_ids=local_ids, shared_ids=shared_ids, outcomes=outcomes
+        ),
+    )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from laminar_cluster.store import CREATE, IfMatch, ObjectStore, open_store
+from laminar_cluster.cli.output import run_on_store
+from laminar_cluster.store import CREATE, IfMatch, ObjectStore
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -75,11 +75,4 @@ def _body(value: int) -> bytes:
 
 
 def run_bench_store(url: str, *, ops: int) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
-        store = open_store(url)
-        try:
-            return await bench_store(store, ops=ops)
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
+    return run_on_store(url, lambda store: bench_store(store, ops=ops))

@@ -8,7 +8,6 @@ listing. Any malformed or foreign record makes it print the object's path and ex
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +19,11 @@ from laminar_cluster.checkpoint.identity import read_identity
 from laminar_cluster.checkpoint.paths import BLOCKS_PREFIX, IDENTITY_PATH, parse_block_path
 from laminar_cluster.checkpoint.reader import read_bytes
 from laminar_cluster.checkpoint.records import CheckpointOutcome, DeploymentIdentity
-from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.codec import decode
 from laminar_cluster.errors import CorruptRecord, InventoryChanged
-from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store import ObjectStore
 
 
 @dataclass
@@ -108,14 +107,7 @@ def _outcome_row(outcome: CheckpointOutcome, floor_before_epoch: int) -> dict[st
 
 
 def run_checkpoints(url: str, *, as_json: bool) -> int:
-    async def main() -> CheckpointReport:
-        store = open_store(url)
-        try:
-            return await inspect_checkpoints(store)
-        finally:
-            await store.close()
-
-    report = asyncio.run(main())
+    report = run_on_store(url, inspect_checkpoints)
     if as_json:
         print_json({"ok": report.ok, **report.__dict__})
     else:

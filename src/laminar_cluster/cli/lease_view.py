@@ -14,7 +14,6 @@ deployment identity is not created).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,14 +21,14 @@ from typing import Any
 from rich.table import Table
 
 from laminar_cluster.cli.authority_audit import AuthorityAudit, Problem, audit_authority
-from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import CorruptRecord, StoreUnavailable
 from laminar_cluster.lease.limits import MAX_LEASE_HEAD_READ_ATTEMPTS
 from laminar_cluster.lease.log import discover_head, read_pointer, read_record
 from laminar_cluster.lease.paths import HEAD_PATH, record_path
 from laminar_cluster.lease.records import AssignmentDrainDecision, LeaderAuthorityRecord
-from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store import ObjectStore
 
 DIAGNOSTIC: str = (
     "diagnostic only, by this machine's wall clock: a rival takes over after observing the "
@@ -127,14 +126,7 @@ def _lease_row(record: LeaderAuthorityRecord, now_ms: int, modified_ms: int) -> 
 def run_lease(url: str, *, as_json: bool) -> int:
     """`laminar-cluster lease`: print the head lease; exit 1 naming a bad object."""
 
-    async def main() -> LeaseView:
-        store = open_store(url)
-        try:
-            return await view_lease(store, RealClock())
-        finally:
-            await store.close()
-
-    view = asyncio.run(main())
+    view = run_on_store(url, lambda store: view_lease(store, RealClock()))
     if as_json:
         print_json(
             {
@@ -298,14 +290,7 @@ def _carried(head: LeaderAuthorityRecord | None) -> dict[str, Any]:
 def run_authority(url: str, *, as_json: bool) -> int:
     """`laminar-cluster authority`: audit the whole log; exit 1 naming the first bad object."""
 
-    async def main() -> AuthorityAudit:
-        store = open_store(url)
-        try:
-            return await audit_stable(store, RealClock())
-        finally:
-            await store.close()
-
-    audit = asyncio.run(main())
+    audit = run_on_store(url, lambda store: audit_stable(store, RealClock()))
     summary = decisions_of(audit)
     if as_json:
         print_json(

@@ -10,19 +10,18 @@ one-shot command cannot do. Exits 1 naming any corrupt object; never writes.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
 
-from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
 from laminar_cluster.membership.discovery import MEMBERSHIP_NODES_MAX
 from laminar_cluster.membership.paths import NODES_PREFIX, parse_node_lease_path
 from laminar_cluster.membership.records import MAX_NODE_LEASE_RECORD_BYTES, decode_node_record
-from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store import ObjectStore
 
 AGE_NOTE = (
     "last renewal age is a diagnostic from the store's last-modified time and this machine's "
@@ -72,14 +71,7 @@ async def view_members(store: ObjectStore, now_ms: int) -> MembersView:
 def run_members(url: str, *, as_json: bool) -> int:
     """Print the members; exit 1 naming each corrupt object."""
 
-    async def main() -> MembersView:
-        store = open_store(url)
-        try:
-            return await view_members(store, RealClock().wall_ms())
-        finally:
-            await store.close()
-
-    view = asyncio.run(main())
+    view = run_on_store(url, lambda store: view_members(store, RealClock().wall_ms()))
     if as_json:
         print_json(
             {

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from rich.table import Table
 
-from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
-from laminar_cluster.store import open_store
 from laminar_cluster.store.probe import ProbeReport, probe_store_contract
 
 
 def run_store_check(url: str, *, timeout_s: float, as_json: bool) -> int:
     """Probe the store at `url`; return the exit code (0 when every check passed)."""
-    report = asyncio.run(_probe(url, timeout_s))
+    report = run_on_store(
+        url, lambda store: probe_store_contract(store, RealClock(), timeout_s=timeout_s)
+    )
     if as_json:
         print_json(
             {
@@ -44,11 +43,3 @@ def print_report(report: ProbeReport) -> None:
     else:
         failed = ", ".join(r.name for r in report.failures())
         console.print(f"[red]the store fails the contract ({failed}); do not run a cluster on it")
-
-
-async def _probe(url: str, timeout_s: float) -> ProbeReport:
-    store = open_store(url)
-    try:
-        return await probe_store_contract(store, RealClock(), timeout_s=timeout_s)
-    finally:
-        await store.close()
