@@ -170,7 +170,6 @@ def run_bench_checkpoint_ids(
     url: str, *, local_ids: int, shared_ids: int, outcomes: int
 ) -> dict[str, Any]:
     """Run the bench on the store `url` names; return its figures (JSON-ready)."""
-
     return run_on_store(
         url,
         lambda store: bench_checkpoint_ids(

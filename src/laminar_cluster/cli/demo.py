@@ -16,11 +16,10 @@ import multiprocessing
 import tempfile
 import time
 import uuid
-from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from laminar_cluster.cli.output import console
+from laminar_cluster.cli.output import console, run_on_store
 from laminar_cluster.cli.store_check import print_report
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import PreconditionFailed
@@ -38,7 +37,9 @@ def run_demo(store_url: str | None) -> int:
         store_url = f"file://{tempfile.mkdtemp(prefix='laminar-demo-')}"
     console.rule("[bold]laminar-cluster demo")
     console.print(f"store: {store_url}")
-    report = asyncio.run(_probe(store_url))
+    report = run_on_store(
+        store_url, lambda store: probe_store_contract(store, RealClock(), timeout_s=30)
+    )
     print_report(report)
     if not report.ok:
         return 1
@@ -68,11 +69,6 @@ def _election_demo(store_url: str) -> int:
         return 1
     console.print("[green]one leader at a time, fenced by its token[/green]")
     return 0
-
-
-async def _probe(store_url: str) -> Any:
-    store = open_store(store_url)
-    return await probe_store_contract(store, RealClock(), timeout_s=30)
 
 
 def _counter_demo(store_url: str) -> int:
