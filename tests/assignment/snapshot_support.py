@@ -7,7 +7,12 @@ from collections.abc import Sequence
 
 from laminar_cluster.assignment.model import next_draining, validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderOwner, LeaderProof
+from laminar_cluster.checkpoint.records import (
+    FenceParticipant,
+    LeaderOwner,
+    LeaderProof,
+    RecoveryCapsuleRef,
+)
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentVerdict,
@@ -48,7 +53,14 @@ def draining(current: AssignmentSnapshot, owners: Sequence[int]) -> AssignmentSn
 
 
 def decision(drain: AssignmentSnapshot, verdict: AssignmentVerdict) -> AssignmentDrainDecision:
+    """A drain decision by the opening term; a Commit carries a canonical handoff checkpoint."""
     assert drain.drain_transition is not None
+    handoff = None
+    if verdict is AssignmentVerdict.COMMIT:
+        handoff = RecoveryCapsuleRef(epoch=5, checkpoint_id=5, sha256="5a" * 32, len=64)
     return AssignmentDrainDecision(
-        transition=drain.drain_transition, leader_proof=proof(), verdict=verdict
+        transition=drain.drain_transition,
+        leader_proof=proof(),
+        verdict=verdict,
+        handoff_checkpoint=handoff,
     )

@@ -23,7 +23,7 @@ from laminar_cluster.lease.assignment_decisions import (
 )
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
 from laminar_cluster.store import ObjectStore
-from tests.lease.assignment_support import leader, pfence, rec_drain, rec_recovery
+from tests.lease.assignment_support import cref, leader, pfence, rec_drain, rec_recovery
 from tests.lease.pausing_store import boot
 
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])
@@ -60,6 +60,7 @@ def test_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore
             target=validate_snapshot(v2),
             proposal=ref,
             removed_process_fences=(pfence(3),),
+            recovery_checkpoint=cref(1),
             leader_proof=proof,
         )
         assert isinstance(await rec_recovery(auth, proof, recovery, snaps), DecisionCreated)  # type: ignore[arg-type]
@@ -70,7 +71,9 @@ def test_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore
         drain = next_draining(v2, [2, 2, 1, 1], roster, proof, now_ms=7)
         assert isinstance(await snaps.save_if_version(drain, 2), Rotated)
         assert drain.drain_transition is not None
-        commit = new_drain_decision(drain.drain_transition, proof, AssignmentVerdict.COMMIT)
+        commit = new_drain_decision(
+            drain.drain_transition, proof, AssignmentVerdict.COMMIT, cref(2)
+        )
         assert isinstance(await rec_drain(auth, proof, commit), DecisionCreated)
         terminal = committed_target(drain, now_ms=8)
         assert await snaps.finalize_drain(drain, terminal, commit) == Rotated(terminal)

@@ -15,6 +15,7 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     FenceParticipant,
     LeaderProof,
+    RecoveryCapsuleRef,
 )
 from laminar_cluster.errors import LaminarError, ObjectNotFound
 from laminar_cluster.lease.assignment_decisions import (
@@ -73,14 +74,23 @@ def transition(target: int, leader: LeaderProof) -> AssignmentDrainTransition:
     )
 
 
+def cref(epoch: int) -> RecoveryCapsuleRef:
+    """A canonical committed-checkpoint reference of attempt `epoch` (names no real capsule)."""
+    return RecoveryCapsuleRef(epoch=epoch, checkpoint_id=epoch, sha256=f"{epoch:02x}" * 32, len=64)
+
+
 def drain(
     target: int,
     proof: LeaderProof,
     verdict: AssignmentVerdict = COMMIT,
     leader: LeaderProof | None = None,
 ) -> AssignmentDrainDecision:
+    """A drain decision; a Commit carries the handoff checkpoint `cref(target)`."""
     return AssignmentDrainDecision(
-        transition=transition(target, leader or proof), leader_proof=proof, verdict=verdict
+        transition=transition(target, leader or proof),
+        leader_proof=proof,
+        verdict=verdict,
+        handoff_checkpoint=cref(target) if verdict is COMMIT else None,
     )
 
 
@@ -104,6 +114,7 @@ def recovery(
             version=target, sha256=f"{target:02x}" * 32, encoded_len=100
         ),
         removed_process_fences=tuple(pfence(n) for n in removed),
+        recovery_checkpoint=cref(target - 1),
         leader_proof=proof,
     )
 

@@ -32,6 +32,7 @@ from tests.lease.assignment_support import (
     COMMIT,
     LOCAL,
     FakeSnapshots,
+    cref,
     drain,
     fence,
     head_of,
@@ -85,8 +86,10 @@ def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]
         with pytest.raises(
             InvalidArgument, match=r"a Commit requires leader_proof == transition\.leader"
         ):
-            new_drain_decision(opened, proof, COMMIT)
-        forged = AssignmentDrainDecision(transition=opened, leader_proof=proof, verdict=COMMIT)
+            new_drain_decision(opened, proof, COMMIT, cref(2))
+        forged = AssignmentDrainDecision(
+            transition=opened, leader_proof=proof, verdict=COMMIT, handoff_checkpoint=cref(2)
+        )
         with pytest.raises(InvalidArgument, match="a Commit requires leader_proof"):
             await rec_drain(rival, proof, forged)
         with pytest.raises(Fenced):  # S5: the deposed term cannot settle it any more

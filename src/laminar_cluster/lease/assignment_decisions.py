@@ -12,6 +12,8 @@ proof check and the admission are one create-only store operation (S5).
 * `record_assignment_drain_decision` / `record_assignment_recovery_decision` (§4.5.1-§4.5.3):
   `DecisionCreated | DecisionUnchanged | DecisionConflict(winner)`; a winner of the other kind at
   the same version is a Refused error.
+* `new_drain_decision` / `new_recovery_decision`: the validating constructors (a drain Commit
+  carries its handoff checkpoint, a recovery its recovery checkpoint: spec_rebalance §2.5, §2.6).
 * `assignment_drain_decision` / `assignment_recovery_decision` / `materialize_assignment_recovery`
   (§4.5.4); `audit_assignment_decisions` (§4.5.5) and `prune_assignment_drain_decisions_before`
   (§4.5.6) live in `assignment_chain` and are re-exported here.
@@ -24,11 +26,15 @@ absolute monotonic `deadline` and at most AUTHORITY_MUTATION_ATTEMPTS_MAX attemp
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, LeaderProof
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    LeaderProof,
+    RecoveryCapsuleRef,
+)
 from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import (
@@ -61,8 +67,13 @@ from laminar_cluster.lease.records import (
     AssignmentSnapshotRef,
     AssignmentVerdict,
     AuthorityAssignmentDecision,
+    ProcessLeaseFence,
 )
-from laminar_cluster.lease.validate import validate_assignment_decision, validate_drain_decision
+from laminar_cluster.lease.validate import (
+    validate_assignment_decision,
+    validate_drain_decision,
+    validate_recovery_decision,
+)
 from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
@@ -81,6 +92,7 @@ __all__ = [
     "audit_assignment_decisions",
     "materialize_assignment_recovery",
     "new_drain_decision",
+    "new_recovery_decision",
     "prune_assignment_drain_decisions_before",
     "record_assignment_drain_decision",
     "record_assignment_recovery_decision",
@@ -151,15 +163,47 @@ _Result = DecisionCreated[D] | DecisionUnchanged[D] | DecisionConflict[D]
 
 
 def new_drain_decision(
-    transition: AssignmentDrainTransition, leader_proof: LeaderProof, verdict: AssignmentVerdict
+    transition: AssignmentDrainTransition,
+    leader_proof: LeaderProof,
+    verdict: AssignmentVerdict,
+    handoff_checkpoint: RecoveryCapsuleRef | None = None,
 ) -> AssignmentDrainDecision:
-    """The public constructor (§3.12): a canonical transition and proof, and a Commit only by
-    the term that opened the transition (S15). InvalidArgument otherwise."""
+    """The public constructor (§3.12, spec_rebalance §2.5): a canonical transition and proof, a
+    Commit only by the term that opened the transition (S15), and a canonical handoff checkpoint
+    iff the verdict is Commit (`commit(transition, proof, handoff)` / `abort(transition,
+    proof)`). InvalidArgument otherwise."""
     decision = AssignmentDrainDecision(
-        transition=transition, leader_proof=leader_proof, verdict=verdict
+        transition=transition,
+        leader_proof=leader_proof,
+        verdict=verdict,
+        handoff_checkpoint=handoff_checkpoint,
     )
     with writing("assignment drain decision"):
         validate_drain_decision(decision)
+    return decision
+
+
+def new_recovery_decision(
+    predecessor: CheckpointAssignmentFence,
+    target: CheckpointAssignmentFence,
+    proposal: AssignmentSnapshotRef,
+    removed_process_fences: Sequence[ProcessLeaseFence],
+    recovery_checkpoint: RecoveryCapsuleRef,
+    leader_proof: LeaderProof,
+) -> AssignmentRecoveryDecision:
+    """The public constructor of a recovery decision (§3.6, spec_rebalance §2.6): a canonical
+    successor, its staged proposal, exactly one process fence per removed predecessor process
+    (in predecessor order) and a canonical recovery checkpoint. InvalidArgument otherwise."""
+    decision = AssignmentRecoveryDecision(
+        predecessor=predecessor,
+        target=target,
+        proposal=proposal,
+        removed_process_fences=tuple(removed_process_fences),
+        recovery_checkpoint=recovery_checkpoint,
+        leader_proof=leader_proof,
+    )
+    with writing("assignment recovery decision"):
+        validate_recovery_decision(decision)
     return decision
 
 

@@ -18,6 +18,7 @@ from laminar_cluster.checkpoint.records import (
     FenceParticipant,
     LeaderOwner,
     LeaderProof,
+    RecoveryCapsuleRef,
 )
 from laminar_cluster.codec import I64, U16, U32, U64, Record
 
@@ -120,9 +121,14 @@ class AssignmentVerdict(enum.Enum):
 
 
 class AssignmentDrainDecision(Record, tag_field="kind", tag="drain"):
+    """The settlement of one drain transition (spec_rebalance §2.5). `handoff_checkpoint` (the
+    committed pre-rotation checkpoint the target restores from) is present iff the verdict is
+    Commit; the authority pins it to the target fence (`handoff_pins`)."""
+
     transition: AssignmentDrainTransition
     leader_proof: LeaderProof
     verdict: AssignmentVerdict
+    handoff_checkpoint: RecoveryCapsuleRef | None
 
     @property
     def target_version(self) -> int:
@@ -130,10 +136,15 @@ class AssignmentDrainDecision(Record, tag_field="kind", tag="drain"):
 
 
 class AssignmentRecoveryDecision(Record, tag_field="kind", tag="recovery"):
+    """A failure-recovery successor (spec_rebalance §2.6). `recovery_checkpoint` is the
+    committed cluster checkpoint the target restores from; the authority pins it to the target
+    fence (`handoff_pins`)."""
+
     predecessor: CheckpointAssignmentFence
     target: CheckpointAssignmentFence
     proposal: AssignmentSnapshotRef
     removed_process_fences: tuple[ProcessLeaseFence, ...]
+    recovery_checkpoint: RecoveryCapsuleRef
     leader_proof: LeaderProof
 
     @property

@@ -3,7 +3,8 @@
 Spec sections: spec_leader_lease §3.6 (assignment decision validity: drain and recovery, the
 removed-process fences), §8.2 (ProcessLeaseFence canonicality), §3.12 steps 3-5 (outcome links,
 the outcome floor, the assignment-decision floor), with spec_rebalance §2.4 (drain transition
-canonicality) and §2.6 (AssignmentSnapshotRef). `validate.py` runs these from `validate_record`
+canonicality), §2.5 (the drain handoff checkpoint: present iff Commit) and §2.6
+(AssignmentSnapshotRef, the recovery checkpoint). `validate.py` runs these from `validate_record`
 and re-exports the public names.
 
 Every rule raises `checkpoint.validate.ShapeViolation`; the message starts with the Rust seed's
@@ -17,12 +18,14 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
+    RecoveryCapsuleRef,
 )
 from laminar_cluster.checkpoint.validate import (
     ShapeViolation,
     canonical_uuid,
     fence_is_canonical,
     proof_is_canonical,
+    validate_capsule_ref,
     validate_outcome_shape,
 )
 from laminar_cluster.codec import is_sha256_hex
@@ -151,24 +154,46 @@ def validate_snapshot_ref(ref: AssignmentSnapshotRef) -> None:
         )
 
 
+def checkpoint_ref_problem(ref: RecoveryCapsuleRef) -> str | None:
+    """spec_rebalance §2.5/§2.6 `CommittedCheckpointRef` validity (our `RecoveryCapsuleRef`): a
+    canonical attempt (epoch == checkpoint_id != 0), 64 lowercase hex, a length in
+    1..=MAX_RECOVERY_CAPSULE_BYTES. None when valid."""
+    try:
+        validate_capsule_ref(ref)
+    except ShapeViolation as violation:
+        return str(violation)
+    return None
+
+
 def validate_drain_decision(decision: AssignmentDrainDecision) -> None:
     """§3.12 "Decision validation": canonical transition and proof; Commit only by the term
-    that opened the transition (S15: a replacement term may Abort, never Commit)."""
+    that opened the transition (S15: a replacement term may Abort, never Commit); a canonical
+    handoff checkpoint iff Commit (spec_rebalance §2.5)."""
     problem = drain_transition_problem(decision.transition)
     if problem is not None:
         raise ShapeViolation(f"{_DRAIN}: {problem}")
     if not proof_is_canonical(decision.leader_proof):
         raise ShapeViolation(f"{_DRAIN}: leader proof is not canonical")
     # S15: only the exact term that created the transition may commit it.
-    if decision.verdict is AssignmentVerdict.COMMIT and (
-        decision.leader_proof != decision.transition.leader
-    ):
+    commit = decision.verdict is AssignmentVerdict.COMMIT
+    if commit and decision.leader_proof != decision.transition.leader:
         raise ShapeViolation(f"{_DRAIN}: a Commit requires leader_proof == transition.leader")
+    # spec_rebalance §2.5: the handoff checkpoint is present iff the verdict is Commit.
+    handoff = decision.handoff_checkpoint
+    if commit and handoff is None:
+        raise ShapeViolation(f"{_DRAIN}: a Commit requires a handoff checkpoint")
+    if not commit and handoff is not None:
+        raise ShapeViolation(f"{_DRAIN}: an Abort carries no handoff checkpoint")
+    if handoff is not None:
+        problem = checkpoint_ref_problem(handoff)
+        if problem is not None:
+            raise ShapeViolation(f"{_DRAIN}: handoff checkpoint: {problem}")
 
 
 def validate_recovery_decision(decision: AssignmentRecoveryDecision) -> None:
-    """§3.6: a canonical successor with an admitted-proposal ref, and exactly one canonical
-    process fence per removed predecessor participant, in predecessor order."""
+    """§3.6: a canonical successor with an admitted-proposal ref and a canonical recovery
+    checkpoint (spec_rebalance §2.6), and exactly one canonical process fence per removed
+    predecessor participant, in predecessor order."""
     predecessor, target = decision.predecessor, decision.target
     problem = _successor_problem(predecessor, target)
     if problem is None and not proof_is_canonical(decision.leader_proof):
@@ -183,6 +208,10 @@ def validate_recovery_decision(decision: AssignmentRecoveryDecision) -> None:
             f"proposal version {decision.proposal.version} is not target version "
             f"{target.assignment_version}"
         )
+    if problem is None:
+        ref_problem = checkpoint_ref_problem(decision.recovery_checkpoint)
+        if ref_problem is not None:
+            problem = f"recovery checkpoint: {ref_problem}"
     if problem is not None:
         raise ShapeViolation(f"{_RECOVERY}: {problem}")
     removed = [

@@ -117,6 +117,11 @@ def dlink(seq: int, target: int) -> AssignmentDecisionLink:
     return AssignmentDecisionLink(sequence=seq, target_version=target)
 
 
+def cref(epoch: int) -> RecoveryCapsuleRef:
+    """A canonical committed-checkpoint reference of attempt `epoch`."""
+    return RecoveryCapsuleRef(epoch=epoch, checkpoint_id=epoch, sha256=SHA, len=100)
+
+
 def drain(
     target: int,
     *,
@@ -128,7 +133,12 @@ def drain(
         predecessor=fence(target - 1), target=fence(target), leader=leader or proof
     )
     verdict = AssignmentVerdict.COMMIT if commit else AssignmentVerdict.ABORT
-    return AssignmentDrainDecision(transition=transition, leader_proof=proof, verdict=verdict)
+    return AssignmentDrainDecision(
+        transition=transition,
+        leader_proof=proof,
+        verdict=verdict,
+        handoff_checkpoint=cref(target) if commit else None,
+    )
 
 
 def pfence(
@@ -148,6 +158,7 @@ def recovery(version: int = 7, proof: LeaderProof = PROOF, **kw: Any) -> Assignm
         "target": fence(version, ((7, uid(1)), (11, uid(4)))),
         "proposal": AssignmentSnapshotRef(version=version, sha256=SHA, encoded_len=4096),
         "removed_process_fences": (pfence(9, uid(3)),),
+        "recovery_checkpoint": cref(version - 1),
         "leader_proof": proof,
     }
     fields.update(kw)

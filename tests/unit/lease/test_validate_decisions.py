@@ -26,6 +26,7 @@ from tests.unit.lease.builders import (
     PROOF,
     RIVAL_PROOF,
     SHA,
+    cref,
     drain,
     fence,
     pfence,
@@ -86,6 +87,51 @@ DECISION_RULES: list[tuple[str, Callable[[], Any], str]] = [
         "drain_commit_by_successor",
         lambda: drain(7, proof=PROOF, leader=OLD_PROOF),
         f"{DRAIN}: a Commit requires leader_proof == transition.leader",
+    ),
+    (
+        "drain_commit_without_handoff",
+        lambda: replace(drain(7), handoff_checkpoint=None),
+        f"{DRAIN}: a Commit requires a handoff checkpoint",
+    ),
+    (
+        "drain_abort_with_handoff",
+        lambda: replace(drain(7, commit=False), handoff_checkpoint=cref(6)),
+        f"{DRAIN}: an Abort carries no handoff checkpoint",
+    ),
+    (
+        "drain_handoff_attempt",
+        lambda: replace(drain(7), handoff_checkpoint=replace(cref(6), checkpoint_id=5)),
+        f"{DRAIN}: handoff checkpoint: recovery capsule reference epoch 6 checkpoint 5 is not",
+    ),
+    (
+        "drain_handoff_zero",
+        lambda: replace(drain(7), handoff_checkpoint=cref(0)),
+        "handoff checkpoint: recovery capsule reference epoch 0 checkpoint 0 is not",
+    ),
+    (
+        "drain_handoff_sha",
+        lambda: replace(drain(7), handoff_checkpoint=replace(cref(6), sha256=SHA.upper())),
+        "handoff checkpoint: recovery capsule digest 'ABAB",
+    ),
+    (
+        "drain_handoff_len",
+        lambda: replace(drain(7), handoff_checkpoint=replace(cref(6), len=0)),
+        "handoff checkpoint: recovery capsule length 0 is outside 1..=",
+    ),
+    (
+        "recovery_checkpoint_attempt",
+        lambda: recovery(recovery_checkpoint=replace(cref(6), epoch=7)),
+        f"{RECOVERY}: recovery checkpoint: recovery capsule reference epoch 7 checkpoint 6",
+    ),
+    (
+        "recovery_checkpoint_sha",
+        lambda: recovery(recovery_checkpoint=replace(cref(6), sha256="ab" * 31)),
+        f"{RECOVERY}: recovery checkpoint: recovery capsule digest",
+    ),
+    (
+        "recovery_checkpoint_len",
+        lambda: recovery(recovery_checkpoint=replace(cref(6), len=0)),
+        f"{RECOVERY}: recovery checkpoint: recovery capsule length 0",
     ),
     ("recovery_fence", lambda: recovery(predecessor=ZERO_DIGEST), f"{RECOVERY}: a fence"),
     (

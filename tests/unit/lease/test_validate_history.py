@@ -153,6 +153,9 @@ def _heavy(record: LeaderAuthorityRecord) -> LeaderAuthorityRecord:
             for i, p in enumerate(predecessor.participants)
             if target.participant_incarnation(p.node_id) != p.boot_incarnation
         ),
+        recovery_checkpoint=RecoveryCapsuleRef(
+            epoch=e - 3, checkpoint_id=e - 3, sha256=SHA, len=8_388_608
+        ),
         leader_proof=old,
     )
     return replace(
@@ -338,6 +341,11 @@ class History:
                 ),
                 leader_proof=proof,
                 verdict=AssignmentVerdict.COMMIT if commit_ else AssignmentVerdict.ABORT,
+                handoff_checkpoint=(
+                    RecoveryCapsuleRef(epoch=target, checkpoint_id=target, sha256=SHA, len=64)
+                    if commit_
+                    else None
+                ),
             )
         )
 
