@@ -8,7 +8,9 @@ Drain and recovery decisions live on one backward-linked chain through authority
 `previous_assignment_decision` names the one before. Target versions strictly increase along it
 (S15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
 everything below `before`; the anchor (the greatest decision below it) is kept by value, so the
-records below the floor may be deleted by the history prune.
+records below the floor may be deleted by the history prune. `audit_assignment_decisions`
+reads the whole live chain; `live_decisions_newest_first` walks it lazily for readers that need
+only the newest decisions (the handoff pin, `handoff_pins`), with the same checks.
 
 Errors: a broken chain (a link that its record does not carry, a record without a decision, a
 walk that misses the floor's anchor, regressing versions) is durable corruption: CorruptRecord
@@ -19,7 +21,7 @@ chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, 
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -67,15 +69,32 @@ async def audit_assignment_decisions(
     Reads each live decision record once (the head itself is reused), at most
     MAX_LIVE_AUTHORITY_LINKS of them (S22).
     """
+    newest_first = [entry async for entry in live_decisions_newest_first(authority, head_record)]
+    newest_first.reverse()
+    return newest_first
+
+
+async def live_decisions_newest_first(
+    authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord
+) -> AsyncGenerator[AuditedDecision, None]:
+    """The live decisions of `head_record`'s chain, newest first, read lazily: a caller that
+    needs only the newest few stops early and reads only those records (close the iterator with
+    `contextlib.aclosing`). The floor's anchor is not yielded (it is on the floor by value).
+
+    Each decision is checked against the record that admitted it and must be strictly below the
+    one yielded before it (S15); the walk must leave the live chain exactly at the floor's
+    anchor (S21) and stays within MAX_LIVE_AUTHORITY_LINKS reads (S22). Errors as in
+    `audit_assignment_decisions`, raised when the walk reaches them.
+    """
     floor = head_record.assignment_decision_floor
     before = 0 if floor is None else floor.before_target_version
     anchor_link = None if floor is None else floor.terminal_anchor_link
     head_key = record_path(head_record.lease.seq)
-    newest_first: list[AuditedDecision] = []
+    newer: AuditedDecision | None = None
     stopped_at_anchor = False
     link = head_record.assignment_decision_head
     # S22: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
-    for _ in range(MAX_LIVE_AUTHORITY_LINKS + 1):
+    for read in range(MAX_LIVE_AUTHORITY_LINKS + 1):
         if link is None:
             break
         if link.target_version < before:
@@ -89,29 +108,27 @@ async def audit_assignment_decisions(
                 )
             stopped_at_anchor = True
             break
-        if len(newest_first) == MAX_LIVE_AUTHORITY_LINKS:
+        if read == MAX_LIVE_AUTHORITY_LINKS:
             raise Refused(  # the floor must advance before this chain can be audited
                 f"live assignment-decision retention exceeds the fixed "
                 f"{MAX_LIVE_AUTHORITY_LINKS}-link authority bound"
             )
         decision, previous = await _audited_link(authority, head_record, link)
-        newest_first.append((link, decision))
+        if newer is not None and decision.target_version >= newer[1].target_version:
+            key = record_path(newer[0].sequence)  # S15: versions strictly increase
+            raise CorruptRecord(
+                f"{key}: assignment decisions regress from version {decision.target_version} to "
+                f"{newer[1].target_version}",
+                key=key,
+            )
+        newer = (link, decision)
+        yield newer
         link = previous
     if anchor_link is not None and not stopped_at_anchor:
         raise CorruptRecord(
             f"{head_key}: assignment decision chain stopped without its durable retention anchor",
             key=head_key,
         )
-    newest_first.reverse()
-    for (_, older), (newer_link, newer) in itertools.pairwise(newest_first):
-        if older.target_version >= newer.target_version:  # S15: versions strictly increase
-            key = record_path(newer_link.sequence)
-            raise CorruptRecord(
-                f"{key}: assignment decisions regress from version {older.target_version} to "
-                f"{newer.target_version}",
-                key=key,
-            )
-    return newest_first
 
 
 async def _audited_link(
