@@ -8,7 +8,9 @@ mutation shares (proof checks, the successor record, contention, the deadline bo
 * `compact_before_append` (§4.4.6): at 64 live terminal links, move the terminal floor to keep
   the newest 16; the artifact floor never moves here (S14).
 * `prune_cluster_outcomes_before` (§4.4.5): advance the artifact floor under a leader proof,
-  only with a live recovery cut above it and a passed preflight (S14). Deletion happens later,
+  only with a live recovery cut above it and a passed preflight (S14), and never above the
+  active assignment handoff pin's checkpoint (spec_rebalance §2.9: the pinned checkpoint is
+  protected from garbage collection). Deletion happens later,
   in the history prune and the capsule sweep, never inline.
 
 Errors: no head or a proof not naming the head's term -> Fenced (S5); a refused request (no
@@ -35,6 +37,7 @@ from laminar_cluster.errors import (
     Refused,
     StoreUnavailable,
 )
+from laminar_cluster.lease.handoff_pins import handoff_pin_at
 from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,
     OUTCOME_HISTORY_COMPACTION_TRIGGER,
@@ -321,6 +324,15 @@ async def _prune_attempt(
     rechecked = require_term(None if published is None else published.record, proof)
     if not same_outcome_state(rechecked, current):
         return None
+    # spec_rebalance §2.9: the pinned checkpoint stays live (above the artifact floor). Derived
+    # from the head the append is conditioned on; the outcomes are unchanged since `current`.
+    pin = await handoff_pin_at(authority, rechecked, snapshot.outcomes)
+    if pin is not None and pin.checkpoint.epoch < before_epoch:
+        raise Refused(
+            f"cannot advance cluster outcome floor to {before_epoch}: the assignment handoff pin "
+            f"of assignment version {pin.target.assignment_version} holds checkpoint epoch "
+            f"{pin.checkpoint.epoch}"
+        )
     candidate = msgspec.structs.replace(successor(rechecked), outcome_floor=floor)
     outcome = await authority.append(published, candidate)
     if isinstance(outcome, AppendContended):

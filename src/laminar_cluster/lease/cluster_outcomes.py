@@ -4,11 +4,13 @@
 `record_cluster_outcome` admits one outcome per epoch by appending the record after the head
 whose lease its proof names (S5): an identical outcome already durable is `Unchanged`, a
 different one `Conflict(winner)` (S11). Before the append it refuses (Refused) a non-advancing
-checkpoint, a Commit beyond the live-Commit capacity (S22) and an outcome below or outside the
-floor, and compacts the terminal history at 64 live links (§4.4.6). A lost race is re-derived
-from the winner: our outcome in its audited history settles the call; a foreign term is Fenced;
-a winner that did not advance the log is CorruptRecord; anything else is retried, at most
-AUTHORITY_MUTATION_ATTEMPTS_MAX times and until the caller's absolute monotonic `deadline`.
+checkpoint, a Commit beyond the live-Commit capacity (S22), an outcome below or outside the
+floor, and a Commit not fenced by the active assignment handoff pin's target (spec_rebalance
+§2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
+history at 64 live links (§4.4.6). A lost race is re-derived from the winner: our outcome in its
+audited history settles the call; a foreign term is Fenced; a winner that did not advance the
+log is CorruptRecord; anything else is retried, at most AUTHORITY_MUTATION_ATTEMPTS_MAX times
+and until the caller's absolute monotonic `deadline`.
 
 The reads (§4.4.2, §4.4.4, §4.4.9) are in `cluster_outcome_reads`, retention (§4.4.5-§4.4.8) in
 `cluster_outcome_floors`, the audit (§4.4.3) in `outcome_audit`; all are re-exported here.
@@ -64,6 +66,7 @@ from laminar_cluster.lease.cluster_outcome_reads import (
     maintain_cluster_recovery_capsules,
     validated_cluster_outcome_inventory,
 )
+from laminar_cluster.lease.handoff_pins import HandoffPin, handoff_pin_at
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcome_audit import (
     OutcomeSnapshot,
@@ -153,6 +156,10 @@ async def _record_attempt(
     if settled is not None:
         return settled
     _check_admissible(current, snapshot, candidate)
+    if candidate.is_commit():
+        # §2.9: derived from the head the append below is conditioned on, so a decision
+        # admitted in between makes the append contend and the pin is derived again.
+        _check_pinned(await handoff_pin_at(authority, current, snapshot.outcomes), candidate)
     if await compact_before_append(authority, proof, current, snapshot):
         return None  # a floor was appended (or the head moved): re-derive from the new head
     record = _outcome_record(current, candidate)
@@ -213,6 +220,20 @@ def _check_admissible(
             f"cluster outcome epoch {candidate.epoch} is below or outside authority floor "
             f"{floor.authority_before_epoch} of deployment {floor.deployment_id}"
         )
+
+
+def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
+    """spec_rebalance §2.9: while an assignment handoff pin is active, only a Commit fenced by
+    its target is admitted (Aborts are never checked)."""
+    if pin is None or candidate.assignment_fence == pin.target:
+        return
+    fence = candidate.assignment_fence
+    version = None if fence is None else fence.assignment_version
+    raise Refused(
+        f"cluster Commit epoch {candidate.epoch} under assignment version {version} is not "
+        f"fenced by the active assignment handoff pin target (version "
+        f"{pin.target.assignment_version}, checkpoint epoch {pin.checkpoint.epoch})"
+    )
 
 
 def _outcome_record(
