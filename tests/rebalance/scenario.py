@@ -1,0 +1,154 @@
+"""A cluster with engines: `Cluster` (controllers) plus one `ControlEngine` and one
+`RebalanceContext` per node, for leader-side scenario tests (spec_rebalance §7 T25-T47).
+
+`install(node, snapshot)` does by hand what the watcher's publication does on every tick:
+adopt, publish the vnode-state report, publish the local fence and activate authority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec
+
+from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
+from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.rebalance.config import RebalanceConfig
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.control_engine import ControlEngine, VnodeStateReady
+from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, LeaderCheckpointer
+from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.store import ObjectStore
+from tests.rebalance.cluster_support import Cluster
+
+P = ParamSpec("P")
+
+
+def synchronous(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    """Run an async test body under `asyncio.run` (the suite has no async plugin)."""
+
+    @functools.wraps(test)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+CONFIG = RebalanceConfig(
+    watcher_poll_s=0.2,
+    rebalance_debounce_s=0.5,
+    checkpoint_timeout_s=30.0,
+    retry_delay_s=0.5,
+    drain_ack_timeout_s=1.0,
+)
+
+
+@dataclass
+class Scenario:
+    cluster: Cluster
+    vnode_count: int
+    config: RebalanceConfig = CONFIG
+    engines: dict[int, ControlEngine] = field(default_factory=dict)
+
+    @classmethod
+    async def start(
+        cls,
+        store: ObjectStore,
+        clock: SimulatedClock,
+        node_ids: Sequence[int],
+        *,
+        vnode_count: int = 4,
+        config: RebalanceConfig = CONFIG,
+    ) -> Scenario:
+        cluster = await Cluster.start(store, clock, tuple(node_ids))
+        scenario = cls(cluster, vnode_count, config)
+        for node_id in node_ids:
+            scenario.add_engine(node_id)
+        return scenario
+
+    @property
+    def clock(self) -> SimulatedClock:
+        return self.cluster.clock
+
+    def add_engine(
+        self,
+        node_id: int,
+        *,
+        checkpointer: Checkpointer | None = None,
+        vnode_state_ready: VnodeStateReady | None = None,
+    ) -> ControlEngine:
+        node = self.cluster.node(node_id)
+        if checkpointer is None:
+            decisions = node.authority.decisions
+            assert decisions is not None
+            checkpointer = LeaderCheckpointer(
+                decisions,
+                node.authority,
+                node.controller.capture_leader_proof,
+                lambda fence: self._owners_for(node_id, fence),
+            )
+        engine = ControlEngine(
+            clock=self.clock,
+            participant=node.participant,
+            checkpointer=checkpointer,
+            vnode_state_ready=vnode_state_ready,
+        )
+        self.engines[node_id] = engine
+        return engine
+
+    def _owners_for(self, node_id: int, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
+        registry = self.engines[node_id].registry()
+        if registry.version != fence.assignment_version:
+            return None
+        return registry.owners
+
+    def ctx(self, node_id: int) -> RebalanceContext:
+        return RebalanceContext(
+            controller=self.cluster.controller(node_id),
+            engine=self.engines[node_id],
+            snapshots=self.cluster.snapshots,
+            config=self.config,
+            vnode_count=self.vnode_count,
+        )
+
+    async def install(self, node_id: int, snapshot: AssignmentSnapshot) -> None:
+        """Adopt `snapshot`, report it ready, publish the fence and open authority."""
+        engine = self.engines[node_id]
+        controller = self.cluster.controller(node_id)
+        deadline = self.cluster.deadline()
+        await engine.adopt_assignment(snapshot, deadline=deadline)
+        fence = snapshot_fence(snapshot)
+        me = controller.local_participant()
+        await controller.announce_adopted_assignment(
+            CheckpointAssignmentAdoption(
+                version=1,
+                participant=me,
+                assignment_version=fence.assignment_version,
+                vnode_count=fence.vnode_count,
+                assignment_digest=fence.assignment_digest,
+                vnode_state_ready=fence.participant_incarnation(me.node_id) is not None,
+            ),
+            deadline=deadline,
+        )
+        if fence.participant_incarnation(me.node_id) == me.boot_incarnation:
+            controller.publish_checkpoint_assignment_fence(fence)
+            await engine.activate_authority(
+                fence, None, engine.authority_revision(), deadline=deadline
+            )
+
+    async def bring_up(self, owners: Sequence[int], *, leader: int = 1) -> AssignmentSnapshot:
+        """Elect `leader`, seed v1 with `owners`, and install v1 on every node."""
+        await self.cluster.elect(leader)
+        v1 = await self.cluster.seed(owners)
+        for node_id in sorted(self.engines):
+            await self.install(node_id, v1)
+        return v1
+
+    async def checkpoint(self, node_id: int) -> None:
+        """One committed cluster checkpoint under `node_id`'s installed fence."""
+        result = await self.engines[node_id].checkpoint_until(deadline=self.cluster.deadline())
+        assert result.success, result.error
