@@ -17,16 +17,27 @@ from laminar_cluster.errors import LaminarError
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.rebalance.planner import try_rebalance
+from laminar_cluster.rebalance.stopped_recovery import run_stopped_recovery_round
 
 logger: Final = logging.getLogger(__name__)
 
 Attempt = Callable[[RebalanceContext, Sequence[int]], Awaitable[int | None]]
 
 
-class RebalanceLoop:
-    """One node's controller loop. `attempt` is `try_rebalance` (injectable for tests)."""
+async def rebalance_attempt(ctx: RebalanceContext, live: Sequence[int]) -> int | None:
+    """One leader attempt: first a coordinated-recovery round when this process is
+    recovering (a missed ack quorum left a draining head, §1.3), then `try_rebalance`."""
+    if ctx.controller.is_recovering():
+        settled = await run_stopped_recovery_round(ctx)
+        if settled is not None:
+            return settled
+    return await try_rebalance(ctx, live)
 
-    def __init__(self, ctx: RebalanceContext, attempt: Attempt = try_rebalance) -> None:
+
+class RebalanceLoop:
+    """One node's controller loop. `attempt` is `rebalance_attempt` (injectable for tests)."""
+
+    def __init__(self, ctx: RebalanceContext, attempt: Attempt = rebalance_attempt) -> None:
         self.ctx = ctx
         self._attempt = attempt
         self.attempts = 0  # how many times `attempt` ran (for tests and metrics)
