@@ -1,0 +1,210 @@
+"""Processes for the recovery scenarios (spec_rebalance §7 T28, T48-T53, T70, T74).
+
+Each node of a `tests.rebalance.cluster_support.Cluster` gets a `ControlEngine` with a
+`LeaderCheckpointer` and a `RebalanceContext`. Time moves only through the cluster
+(`SimulatedClock`). Helpers cover what the scenarios share: running v1 everywhere, a committed
+cluster checkpoint, killing a node (graceful `left`, or silent death observed for a full
+ttl), and restarting a node with the evidence of its own takeover.
+
+`EvidenceController`: `StoreClusterController.fence_process_incarnation` builds the fence of an
+already restarted boot from the newest lease of that boot it *observed* and the *current*
+record; a fresh process never observed its own previous incarnation, and the current record
+has moved past the immediate takeover once the new holder renewed (`activate`). The restart
+helper therefore keeps `AcquiredLease.fence` (the exact takeover, §8.2) and this subclass
+answers with it for that boot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    RecoveryCapsuleRef,
+)
+from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome
+from laminar_cluster.lease.records import ProcessLeaseFence
+from laminar_cluster.membership import Discovery, ProcessLeaseHolder, activate
+from laminar_cluster.membership.records import NodeState
+from laminar_cluster.rebalance.config import RebalanceConfig
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.control_engine import ControlEngine
+from laminar_cluster.rebalance.controller import FixedLeadership, StoreClusterController
+from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.store import ObjectStore, open_store
+from tests.rebalance.cluster_support import Cluster, ClusterNode
+
+FAR_S = 60.0
+
+
+def run(body: Callable[[SimulatedClock, ObjectStore], Awaitable[None]]) -> None:
+    async def main() -> None:
+        await body(SimulatedClock(seed=7), open_store("memory://"))
+
+    asyncio.run(main())
+
+
+class EvidenceController(StoreClusterController):
+    """A controller that also knows the exact takeovers its own node's restarts made."""
+
+    takeovers: dict[tuple[int, str], ProcessLeaseFence] | None = None
+
+    async def fence_process_incarnation(
+        self, participant: FenceParticipant, *, deadline: float
+    ) -> ProcessLeaseFence:
+        key = (participant.node_id, participant.boot_incarnation)
+        known = None if self.takeovers is None else self.takeovers.get(key)
+        if known is not None:
+            return known
+        return await super().fence_process_incarnation(participant, deadline=deadline)
+
+
+@dataclass
+class Proc:
+    """One process: its cluster node, engine and context."""
+
+    node: ClusterNode
+    engine: ControlEngine
+    ctx: RebalanceContext
+
+    @property
+    def controller(self) -> StoreClusterController:
+        return self.node.controller
+
+    @property
+    def me(self) -> FenceParticipant:
+        return self.node.participant
+
+
+class RecoveryCluster:
+    def __init__(self, cluster: Cluster, vnode_count: int) -> None:
+        self.cluster = cluster
+        self.config = RebalanceConfig.test_preset()
+        self.vnode_count = vnode_count
+        self.procs: dict[int, Proc] = {}
+
+    @classmethod
+    async def start(
+        cls,
+        clock: SimulatedClock,
+        store: ObjectStore,
+        node_ids: Iterable[int],
+        owners: Sequence[int],
+        *,
+        leader: int,
+    ) -> RecoveryCluster:
+        """Start the nodes, elect `leader`, seed v1 = `owners`, build every process and have
+        each one run v1."""
+        cluster = await Cluster.start(store, clock, node_ids)
+        recovery = cls(cluster, len(owners))
+        await cluster.elect(leader)
+        v1 = await cluster.seed(owners)
+        for node_id in sorted(cluster.nodes):
+            proc = recovery.build(node_id)
+            await proc.engine.adopt_assignment(v1, deadline=recovery.deadline())
+        return recovery
+
+    def build(self, node_id: int) -> Proc:
+        node = self.cluster.node(node_id)
+        engine = ControlEngine(clock=self.cluster.clock, participant=node.participant)
+        authority = node.authority
+        engine.checkpointer = LeaderCheckpointer(
+            authority.require_decisions(),
+            authority,
+            node.controller.capture_leader_proof,
+            owners_of=lambda fence: engine.registry().owners,
+        )
+        ctx = RebalanceContext(
+            controller=node.controller,
+            engine=engine,
+            snapshots=self.cluster.snapshots,
+            config=self.config,
+            vnode_count=self.vnode_count,
+        )
+        proc = Proc(node, engine, ctx)
+        self.procs[node_id] = proc
+        return proc
+
+    def proc(self, node_id: int) -> Proc:
+        return self.procs[node_id]
+
+    def deadline(self) -> float:
+        return self.cluster.clock.monotonic() + FAR_S
+
+    async def head(self) -> AssignmentSnapshot:
+        head = await self.cluster.snapshots.load()
+        assert head is not None
+        return head
+
+    async def checkpoint(
+        self, leader: int, fence: CheckpointAssignmentFence | None = None
+    ) -> RecoveryCapsuleRef:
+        """A committed cluster checkpoint by `leader` under `fence` (default: the head's)."""
+        proc = self.procs[leader]
+        fence = fence or snapshot_fence(await self.head())
+        checkpointer = proc.engine.checkpointer
+        assert checkpointer is not None
+        result = await checkpointer(fence, None, deadline=self.deadline())
+        assert result.success, result.error
+        outcome = await cluster_outcome(proc.node.authority, result.epoch)
+        assert outcome is not None and outcome.recovery_capsule is not None
+        return outcome.recovery_capsule
+
+    async def leave(self, node_id: int) -> None:
+        """`node_id` announces `left` and stops."""
+        await self.cluster.node(node_id).holder.renew(
+            deadline=self.deadline(), state=NodeState.LEFT
+        )
+        self.cluster.stop(node_id)
+        await self.cluster.refresh()
+
+    async def die(self, node_id: int) -> None:
+        """`node_id` stops renewing; the others observe it unchanged for more than a ttl."""
+        self.cluster.stop(node_id)
+        await self.cluster.advance(self.cluster.process_ttl_s + 1.0)
+
+    async def restart(self, node_id: int) -> Proc:
+        """A new process of `node_id` takes over its lease (new boot, empty registry); the
+        exact takeover fence is kept for its controller (module docstring)."""
+        cluster = self.cluster
+        old = cluster.node(node_id)
+        holder = ProcessLeaseHolder(
+            cluster.store, cluster.clock, node_id, ttl_s=cluster.process_ttl_s
+        )
+        acquired = await holder.acquire(deadline=self.deadline())
+        await activate(holder, deadline=self.deadline())
+        discovery = Discovery(cluster.store, cluster.clock)
+        authority = LeaderLeaseStore(
+            cluster.store,
+            clock=cluster.clock,
+            ttl_s=cluster.authority_ttl_s,
+            decisions=DecisionStore(cluster.store, clock=cluster.clock),
+        )
+        leadership = FixedLeadership()
+        controller = EvidenceController(
+            store=cluster.store,
+            clock=cluster.clock,
+            node_id=node_id,
+            holder=holder,
+            discovery=discovery,
+            authority=authority,
+            snapshots=cluster.snapshots,
+            leadership=leadership,
+        )
+        fence = acquired.fence
+        assert fence is not None
+        controller.takeovers = {(node_id, old.boot): fence}
+        old.leadership.set(None)
+        node = ClusterNode(node_id, holder, discovery, authority, leadership, controller)
+        cluster.retired.append(old)
+        cluster.nodes[node_id] = node
+        await cluster.refresh()
+        return self.build(node_id)
