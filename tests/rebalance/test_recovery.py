@@ -82,8 +82,10 @@ def test_t28_dead_owner_recovery() -> None:
         assert await _exists(store, materialization_path(2))
         assert await rc.cluster.snapshots.load_drain_transition(2) is None
         assert leader.engine.cluster_intake_fenced()
-        assert leader.controller.is_recovering()
+        # The durable fault was published; the cold restore from `cut` is our Release, so the
+        # leader is no longer recovering and its next live rotation is not deferred.
         assert await _faulted_nodes(rc, 1) == {1}
+        assert not leader.controller.is_recovering()
         assert leader.engine.registry().version == 2
         assert leader.engine.recovery_checkpoint() == cut
         audited = await audit_snapshot_authority_outcome(leader.ctx, v2, deadline=rc.deadline())

@@ -199,6 +199,7 @@ async def materialize_recovery_decision(
     scope = await prepare_recovery_assignment_adoption(ctx, durable, deadline=deadline)
     checkpoint = decision.recovery_checkpoint if scope is RecoveryScope.PARTICIPANT else None
     await ctx.engine.adopt_recovery_assignment(durable, checkpoint, deadline=deadline)
+    release_after_recovery_adoption(ctx, scope)
     try:
         async with within_deadline(ctx.clock, ctx.head_deadline(), f"assignment {version} prune"):
             await prune_after(ctx, version, proof)
@@ -270,6 +271,15 @@ async def _adopt_recovery(
     if scope is RecoveryScope.PARTICIPANT and audited.recovery is not None:
         checkpoint = audited.recovery.checkpoint
     await ctx.engine.adopt_recovery_assignment(snapshot, checkpoint, deadline=deadline)
+    release_after_recovery_adoption(ctx, scope)
+
+
+def release_after_recovery_adoption(ctx: RebalanceContext, scope: RecoveryScope) -> None:
+    """Our coordinated-recovery Release: a participant that restored cold from the recovery
+    checkpoint leaves recovery mode, so live rotations (which defer while recovering) resume.
+    The watcher does the same for followers."""
+    if scope is RecoveryScope.PARTICIPANT:
+        ctx.controller.set_recovering(False)
 
 
 async def prepare_recovery_assignment_adoption(

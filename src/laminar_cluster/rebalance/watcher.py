@@ -49,7 +49,10 @@ from laminar_cluster.rebalance.gates import (
 )
 from laminar_cluster.rebalance.graceful import prepare_and_announce_local_drain
 from laminar_cluster.rebalance.interfaces import Adoption, ShuffleNotReady
-from laminar_cluster.rebalance.recovery import prepare_watched_recovery_adoption
+from laminar_cluster.rebalance.recovery import (
+    prepare_watched_recovery_adoption,
+    release_after_recovery_adoption,
+)
 from laminar_cluster.rebalance.watcher_publish import PlacementSink, publish_authority
 from laminar_cluster.rebalance.watcher_settle import (
     STEP_FAILURES,
@@ -250,7 +253,7 @@ class SnapshotWatcher(WatcherState):
         self.cache(head)
         revision = engine.authority_revision()
         if scope is RecoveryScope.PARTICIPANT:
-            ctx.controller.set_recovering(False)  # restored cold: our Release (module doc)
+            release_after_recovery_adoption(ctx, scope)  # restored cold (module doc)
             return revision
         if adoption.recovery_required:
             self.installed_fence = None
