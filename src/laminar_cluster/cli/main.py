@@ -168,6 +168,80 @@ def bench_failover(
     raise typer.Exit(_guard(run))
 
 
+@app.command("node")
+def node(
+    store: StoreOption,
+    node_id: Annotated[int, typer.Option("--node-id", min=1, help="This node's id.")],
+    ttl_s: Annotated[
+        float, typer.Option("--ttl", help="Process and leader lease ttl, seconds.")
+    ] = 5.0,
+    poll_s: Annotated[
+        float, typer.Option("--poll", help="Discovery refresh and watcher tick, seconds.")
+    ] = 2.0,
+    debounce_s: Annotated[
+        float, typer.Option("--debounce", help="Quiet period after a membership change.")
+    ] = 5.0,
+    checkpoint_interval_s: Annotated[
+        float,
+        typer.Option("--checkpoint-interval", help="Leader's periodic checkpoint, seconds."),
+    ] = 5.0,
+    retry_delay_s: Annotated[
+        float, typer.Option("--retry-delay", help="Pause after a failed rebalance attempt.")
+    ] = 2.0,
+    drain_ack_timeout_s: Annotated[
+        float, typer.Option("--drain-ack-timeout", help="Wait for the drain ack quorum.")
+    ] = 10.0,
+    leave_timeout_s: Annotated[
+        float, typer.Option("--leave-timeout", help="Graceful leave budget, seconds.")
+    ] = 120.0,
+    stats_interval_s: Annotated[
+        float,
+        typer.Option("--stats-interval", help="Log store request counters this often (0: off)."),
+    ] = 0.0,
+) -> None:
+    """Run one node's rebalance control plane until SIGTERM/SIGINT (the first leaves
+    gracefully, a second stops at once). JSON-lines events on stderr."""
+    from laminar_cluster.cli.node import run_node_command
+    from laminar_cluster.rebalance.node import NodeConfig
+
+    def run() -> int:
+        config = NodeConfig(
+            node_id=node_id,
+            ttl_s=ttl_s,
+            poll_s=poll_s,
+            debounce_s=debounce_s,
+            checkpoint_interval_s=checkpoint_interval_s,
+            retry_delay_s=retry_delay_s,
+            drain_ack_timeout_s=drain_ack_timeout_s,
+            leave_timeout_s=leave_timeout_s,
+            stats_interval_s=stats_interval_s,
+        )
+        return run_node_command(store, config)
+
+    raise typer.Exit(_guard(run))
+
+
+@bench_app.command("rebalance")
+def bench_rebalance(
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Store URL (default: a fresh local directory)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A join (4 -> 5 nodes) and a graceful leave (5 -> 4) of real node processes: vnodes moved
+    against the rendezvous minimum, time to every node running the new assignment, store
+    requests per rotation."""
+    from laminar_cluster.cli.bench_rebalance import print_figures, run_bench_rebalance
+
+    def run() -> int:
+        figures = run_bench_rebalance(store)
+        print_figures(figures, as_json=as_json)
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
 @app.command("demo")
 def demo(
     store: Annotated[

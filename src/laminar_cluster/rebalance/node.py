@@ -1,0 +1,368 @@
+"""`RebalanceNode`: one process's whole rebalance control plane (spec_rebalance §1, §4.2, §4.17).
+
+`run()` acquires the node's process lease (a new boot and term) and activates it, then runs
+until it leaves, is stopped or is fenced, in one TaskGroup:
+
+* the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
+* the `StoreClusterController`'s discovery refresh every `poll_s`;
+* leadership: `LeaderLeaseManager`s back to back (every node is a candidate; a fenced manager is
+  replaced by a new one, which begins a new term, spec_leader_lease S9);
+* the `SnapshotWatcher` (followers and leader alike) and the `RebalanceLoop` (acts while leader;
+  each attempt, `loop.rebalance_attempt`, runs the stopped-recovery round of §1.3 first while
+  this process is recovering, holds `leader_work` and logs `rotated`);
+* `LeaderDuties` (seed v1, periodic checkpoint) and the `NodeMonitor` (log events on state
+  changes);
+* graceful leave, once `request_leave()` is called (the CLI's SIGTERM/SIGINT): announce
+  `draining`, `wait_until_drained` (§4.17) and wait until the local engine runs an assignment
+  without this node, then write `left` and stop: exit 0. If the deadline passes first the node
+  stops without writing `left` (exit 4): its vnodes then move through the recovery path.
+
+The engine is the `ControlEngine` (no data plane) with a `LeaderCheckpointer`; a later runtime
+reuses this assembly with its own engine through `engine_factory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    LaminarError,
+    StoreUnavailable,
+)
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.manager import LeaseManagerConfig
+from laminar_cluster.lease.records import LeaderLeaseOwner
+from laminar_cluster.membership.discovery import Discovery
+from laminar_cluster.membership.leave import activate, keep_renewed
+from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
+from laminar_cluster.membership.records import NodeState
+from laminar_cluster.rebalance.config import RebalanceConfig
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.control_engine import ControlEngine
+from laminar_cluster.rebalance.controller import StoreClusterController
+from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, LeaderCheckpointer
+from laminar_cluster.rebalance.loop import RebalanceLoop, rebalance_attempt
+from laminar_cluster.rebalance.node_duties import LeaderDuties
+from laminar_cluster.rebalance.node_leadership import ManagedLeadership
+from laminar_cluster.rebalance.node_log import NodeLog
+from laminar_cluster.rebalance.node_monitor import NodeMonitor
+from laminar_cluster.rebalance.node_stats import PurposeCountingStore, counting_as
+from laminar_cluster.rebalance.startup import wait_until_drained
+from laminar_cluster.rebalance.watcher import SnapshotWatcher
+from laminar_cluster.store import ObjectStore
+
+EXIT_LEFT: Final = 0
+EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
+EXIT_FENCED: Final = 3
+EXIT_LEAVE_TIMEOUT: Final = 4
+VNODE_COUNT_DEFAULT: Final = 256
+STARTUP_TIMEOUT_S: Final = 30.0
+# How long tasks get to finish by themselves after shutdown before they are cancelled.
+SHUTDOWN_GRACE_S: Final = 2.0
+
+EngineFactory = Callable[[Clock, FenceParticipant, Checkpointer], ControlEngine]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Seconds. The process and leader leases share `ttl_s`; both renew every `ttl_s / 4`.
+    `poll_s` is the discovery refresh and the watcher/audit tick (`watcher_poll`)."""
+
+    node_id: int
+    ttl_s: float = 5.0
+    poll_s: float = 2.0
+    debounce_s: float = 5.0
+    checkpoint_interval_s: float = 5.0
+    retry_delay_s: float = 2.0
+    drain_ack_timeout_s: float = 10.0
+    checkpoint_timeout_s: float = 15.0
+    leave_timeout_s: float = 120.0
+    vnode_count: int = VNODE_COUNT_DEFAULT
+    stats_interval_s: float = 0.0  # > 0: log the store request counters this often
+
+    def __post_init__(self) -> None:
+        if self.node_id < 1:
+            raise InvalidArgument(f"node id must be >= 1, not {self.node_id}")
+        for name in ("ttl_s", "poll_s", "checkpoint_interval_s", "leave_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidArgument(f"node config: {name} must be > 0, not {value!r}")
+        if self.vnode_count < 1:
+            raise InvalidArgument(f"node config: vnode_count must be >= 1, not {self.vnode_count}")
+        self.rebalance_config()  # its own checks (drain ack timeout > poll, ...)
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.ttl_s / 4
+
+    def rebalance_config(self) -> RebalanceConfig:
+        return RebalanceConfig(
+            watcher_poll_s=self.poll_s,
+            rebalance_debounce_s=self.debounce_s,
+            checkpoint_timeout_s=self.checkpoint_timeout_s,
+            retry_delay_s=self.retry_delay_s,
+            drain_ack_timeout_s=self.drain_ack_timeout_s,
+        )
+
+
+def control_engine(
+    clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
+) -> ControlEngine:
+    return ControlEngine(clock=clock, participant=participant, checkpointer=checkpointer)
+
+
+class RebalanceNode:
+    """One node process's control plane over `store` (the caller opens and closes it)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        config: NodeConfig,
+        log: NodeLog,
+        *,
+        engine_factory: EngineFactory = control_engine,
+    ) -> None:
+        self.requests = PurposeCountingStore(store)
+        self.store: ObjectStore = self.requests
+        self.clock = clock
+        self.config = config
+        self.log = log
+        self._engine_factory = engine_factory
+        self.shutdown = asyncio.Event()
+        self.leave_requested = asyncio.Event()
+        self.leader_work = asyncio.Lock()
+        self.exit_code = EXIT_STOPPED
+        # Set by `run` once the lease is acquired (tests and the runtime read them).
+        self.holder: ProcessLeaseHolder | None = None
+        self.controller: StoreClusterController | None = None
+        self.engine: ControlEngine | None = None
+        self.ctx: RebalanceContext | None = None
+        self._duties: LeaderDuties | None = None
+
+    def request_leave(self) -> None:
+        """Leave gracefully (draining, drained, left), then stop."""
+        self.leave_requested.set()
+
+    def stop(self) -> None:
+        """Stop now, without leaving: peers will see this node die after a ttl."""
+        self.shutdown.set()
+
+    async def run(self) -> int:
+        """Run until left (0), stopped (1), fenced (3) or out of leave time (4)."""
+        config, clock = self.config, self.clock
+        holder = ProcessLeaseHolder(self.store, clock, config.node_id, ttl_s=config.ttl_s)
+        self.holder = holder
+        acquired = await holder.acquire(deadline=clock.monotonic() + STARTUP_TIMEOUT_S)
+        predecessor = acquired.predecessor
+        self.log.write(
+            "acquired",
+            term=acquired.record.lease.term,
+            boot=acquired.record.lease.owner,
+            predecessor_term=None if predecessor is None else predecessor.lease.term,
+        )
+        await activate(holder, deadline=clock.monotonic() + config.ttl_s)
+        self.log.write("active", term=acquired.record.lease.term)
+        try:
+            await self._run_tasks(holder)
+        except* ProcessFenced as group:
+            self.log.write("fenced", error=str(group.exceptions[0]))
+            self.exit_code = EXIT_FENCED
+        self.log.write("stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    def _assemble(self, holder: ProcessLeaseHolder) -> tuple[ManagedLeadership, RebalanceLoop]:
+        config, clock, store = self.config, self.clock, self.store
+        boot, term = holder.record.lease.owner, holder.record.lease.term
+        decisions = DecisionStore.shared(store, clock=clock)
+        authority = LeaderLeaseStore(store, clock=clock, ttl_s=config.ttl_s, decisions=decisions)
+        snapshots = AssignmentSnapshotStore(store)
+        owner = LeaderLeaseOwner(node=config.node_id, boot=boot, process_term=term)
+        leadership = ManagedLeadership(
+            authority, owner, LeaseManagerConfig(config.ttl_s, config.renew_interval_s), clock
+        )
+        controller = StoreClusterController(
+            store=store,
+            clock=clock,
+            node_id=config.node_id,
+            holder=holder,
+            discovery=Discovery(store, clock),
+            authority=authority,
+            snapshots=snapshots,
+            leadership=leadership,
+        )
+        checkpointer = LeaderCheckpointer(
+            decisions, authority, controller.capture_leader_proof, self._owners_of
+        )
+        self.engine = self._engine_factory(clock, controller.local_participant(), checkpointer)
+        self.controller = controller
+        self.ctx = RebalanceContext(
+            controller=controller,
+            engine=self.engine,
+            snapshots=snapshots,
+            config=config.rebalance_config(),
+            vnode_count=config.vnode_count,
+        )
+        return leadership, RebalanceLoop(self.ctx, attempt=self._attempt)
+
+    def _owners_of(self, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
+        """The owner map of `fence` when it is the version the local engine runs."""
+        engine = self.engine
+        if engine is None:
+            return None
+        registry = engine.registry()
+        return registry.owners if registry.version == fence.assignment_version else None
+
+    async def _attempt(self, ctx: RebalanceContext, live: Sequence[int]) -> int | None:
+        """One `rebalance_attempt` (a stopped-recovery round while recovering, then
+        `try_rebalance`) under `leader_work`, logged with its own store requests; nothing to do
+        before the boot seed (`LeaderDuties` writes it)."""
+        if self._duties is None or not self._duties.seeded:
+            return None
+        async with self.leader_work:
+            started_s = self.clock.monotonic()
+            before = self.requests.count_of("rebalance")
+            try:
+                settled = await rebalance_attempt(ctx, live)
+            except (LaminarError, ValueError) as error:
+                self.log.write("rebalance_failed", error=str(error), live=list(live))
+                raise
+            if settled is not None:
+                self.log.write(
+                    "rotated",
+                    version=settled,
+                    live=list(live),
+                    attempt_started=started_s,
+                    attempt_s=round(self.clock.monotonic() - started_s, 4),
+                    requests=self.requests.count_of("rebalance") - before,
+                )
+            return settled
+
+    async def _run_tasks(self, holder: ProcessLeaseHolder) -> None:
+        leadership, loop = self._assemble(holder)
+        assert self.controller is not None and self.engine is not None and self.ctx is not None
+        controller, engine, ctx, shutdown = self.controller, self.engine, self.ctx, self.shutdown
+        duties = LeaderDuties(
+            ctx, controller, engine, self.log, self.leader_work, self.config.checkpoint_interval_s
+        )
+        self._duties = duties
+        monitor = NodeMonitor(
+            self.log,
+            controller,
+            engine,
+            leadership,
+            self.requests,
+            interval_s=min(0.02, self.config.poll_s / 10),
+            stats_interval_s=self.config.stats_interval_s,
+        )
+        watcher = SnapshotWatcher(ctx)
+        await controller.refresh_members(deadline=self.clock.monotonic() + STARTUP_TIMEOUT_S)
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(_as("lease", self._renew(holder))),
+                group.create_task(_as("membership", controller.run(shutdown, self.config.poll_s))),
+                group.create_task(_as("leadership", leadership.run(shutdown))),
+                group.create_task(_as("watcher", watcher.run(shutdown))),
+                group.create_task(_as("rebalance", loop.run(shutdown))),
+                group.create_task(_as("duties", duties.run(shutdown))),
+                group.create_task(_as("leave", self._leave_when_asked(holder))),
+                group.create_task(monitor.run(shutdown)),
+            ]
+            group.create_task(self._cancel_after_shutdown(tasks))
+
+    async def _renew(self, holder: ProcessLeaseHolder) -> None:
+        await keep_renewed(holder, self.clock, interval_s=self.config.renew_interval_s)
+
+    async def _cancel_after_shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
+        """After shutdown, give the tasks `SHUTDOWN_GRACE_S` to return, then cancel the rest."""
+        await self.shutdown.wait()
+        try:
+            async with self.clock.timeout_at(self.clock.monotonic() + SHUTDOWN_GRACE_S):
+                await asyncio.wait(tasks)
+        except TimeoutError:
+            pass
+        for task in tasks:
+            task.cancel()
+
+    async def _leave_when_asked(self, holder: ProcessLeaseHolder) -> None:
+        """§4.17 graceful exit: draining, no vnodes in an audited committed head, left."""
+        await _first_of(self.leave_requested, self.shutdown)
+        if self.shutdown.is_set():
+            return
+        self.log.write("leaving")
+        deadline = self.clock.monotonic() + self.config.leave_timeout_s
+        try:
+            await self._announce(holder, NodeState.DRAINING, deadline)
+            self.log.write("draining", term=holder.record.lease.term)
+            if await self._drained(deadline):
+                await self._announce(holder, NodeState.LEFT, deadline)
+                self.log.write("left", term=holder.record.lease.term)
+                self.exit_code = EXIT_LEFT
+            else:
+                self.log.write("leave_timeout", after_s=self.config.leave_timeout_s)
+                self.exit_code = EXIT_LEAVE_TIMEOUT
+        except DeadlineExceeded as error:
+            self.log.write("leave_timeout", error=str(error))
+            self.exit_code = EXIT_LEAVE_TIMEOUT
+        self.shutdown.set()
+
+    async def _announce(
+        self, holder: ProcessLeaseHolder, state: NodeState, deadline: float
+    ) -> None:
+        """Write `state` into the process lease, retrying store failures until `deadline`
+        (ProcessFenced, terminal, propagates)."""
+        pause_s = self.config.renew_interval_s / 4
+        while True:
+            try:
+                await holder.renew(deadline=deadline, state=state)
+                return
+            except (StoreUnavailable, DeadlineExceeded) as error:
+                remaining_s = deadline - self.clock.monotonic()
+                if remaining_s <= pause_s:
+                    raise DeadlineExceeded(f"announcing {state.value}: {error}") from error
+            await self.clock.sleep(pause_s)
+
+    async def _drained(self, deadline: float) -> bool:
+        """No vnodes in an authority-audited committed head, and the local engine runs one."""
+        ctx, config, engine = self.ctx, self.config, self.engine
+        assert ctx is not None and engine is not None
+        drained = await wait_until_drained(
+            ctx.snapshots,
+            ctx.authority,
+            config.node_id,
+            config.vnode_count,
+            config.poll_s,
+            deadline,
+            self.clock,
+        )
+        while drained and config.node_id in engine.registry().owners:
+            remaining_s = deadline - self.clock.monotonic()
+            if remaining_s <= 0:
+                return False
+            await self.clock.sleep(min(config.poll_s / 4, remaining_s))
+        return drained
+
+
+async def _as(purpose: str, work: Awaitable[None]) -> None:
+    """Run `work` with its store requests counted under `purpose`."""
+    counting_as(purpose)
+    await work
+
+
+async def _first_of(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Return once either event is set."""
+    async with asyncio.TaskGroup() as group:
+        waits = {group.create_task(first.wait()), group.create_task(second.wait())}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
