@@ -4,14 +4,9 @@ Each node of a `tests.rebalance.cluster_support.Cluster` gets a `ControlEngine` 
 `LeaderCheckpointer` and a `RebalanceContext`. Time moves only through the cluster
 (`SimulatedClock`). Helpers cover what the scenarios share: running v1 everywhere, a committed
 cluster checkpoint, killing a node (graceful `left`, or silent death observed for a full
-ttl), and restarting a node with the evidence of its own takeover.
-
-`EvidenceController`: `StoreClusterController.fence_process_incarnation` builds the fence of an
-already restarted boot from the newest lease of that boot it *observed* and the *current*
-record; a fresh process never observed its own previous incarnation, and the current record
-has moved past the immediate takeover once the new holder renewed (`activate`). The restart
-helper therefore keeps `AcquiredLease.fence` (the exact takeover, §8.2) and this subclass
-answers with it for that boot.
+ttl), and restarting a node. A restarted node's controller is the real `StoreClusterController`:
+it fences its own previous boot from the takeover its start recorded in the node's lease record
+(`NodeLeaseRecord.takeovers`), without having observed that boot.
 """
 
 from __future__ import annotations
@@ -22,22 +17,18 @@ from dataclasses import dataclass
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     FenceParticipant,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome
-from laminar_cluster.lease.records import ProcessLeaseFence
-from laminar_cluster.membership import Discovery, ProcessLeaseHolder, activate
 from laminar_cluster.membership.records import NodeState
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ControlEngine
-from laminar_cluster.rebalance.controller import FixedLeadership, StoreClusterController
+from laminar_cluster.rebalance.controller import StoreClusterController
 from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.store import ObjectStore, open_store
 from tests.rebalance.cluster_support import Cluster, ClusterNode
@@ -50,21 +41,6 @@ def run(body: Callable[[SimulatedClock, ObjectStore], Awaitable[None]]) -> None:
         await body(SimulatedClock(seed=7), open_store("memory://"))
 
     asyncio.run(main())
-
-
-class EvidenceController(StoreClusterController):
-    """A controller that also knows the exact takeovers its own node's restarts made."""
-
-    takeovers: dict[tuple[int, str], ProcessLeaseFence] | None = None
-
-    async def fence_process_incarnation(
-        self, participant: FenceParticipant, *, deadline: float
-    ) -> ProcessLeaseFence:
-        key = (participant.node_id, participant.boot_incarnation)
-        known = None if self.takeovers is None else self.takeovers.get(key)
-        if known is not None:
-            return known
-        return await super().fence_process_incarnation(participant, deadline=deadline)
 
 
 @dataclass
@@ -172,39 +148,9 @@ class RecoveryCluster:
         await self.cluster.advance(self.cluster.process_ttl_s + 1.0)
 
     async def restart(self, node_id: int) -> Proc:
-        """A new process of `node_id` takes over its lease (new boot, empty registry); the
-        exact takeover fence is kept for its controller (module docstring)."""
-        cluster = self.cluster
-        old = cluster.node(node_id)
-        holder = ProcessLeaseHolder(
-            cluster.store, cluster.clock, node_id, ttl_s=cluster.process_ttl_s
-        )
-        acquired = await holder.acquire(deadline=self.deadline())
-        await activate(holder, deadline=self.deadline())
-        discovery = Discovery(cluster.store, cluster.clock)
-        authority = LeaderLeaseStore(
-            cluster.store,
-            clock=cluster.clock,
-            ttl_s=cluster.authority_ttl_s,
-            decisions=DecisionStore(cluster.store, clock=cluster.clock),
-        )
-        leadership = FixedLeadership()
-        controller = EvidenceController(
-            store=cluster.store,
-            clock=cluster.clock,
-            node_id=node_id,
-            holder=holder,
-            discovery=discovery,
-            authority=authority,
-            snapshots=cluster.snapshots,
-            leadership=leadership,
-        )
-        fence = acquired.fence
-        assert fence is not None
-        controller.takeovers = {(node_id, old.boot): fence}
+        """A new process of `node_id` takes over its lease (new boot, empty registry)."""
+        old = self.cluster.node(node_id)
         old.leadership.set(None)
-        node = ClusterNode(node_id, holder, discovery, authority, leadership, controller)
-        cluster.retired.append(old)
-        cluster.nodes[node_id] = node
-        await cluster.refresh()
+        await self.cluster.restart(node_id)
+        await self.cluster.refresh()
         return self.build(node_id)

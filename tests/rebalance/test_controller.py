@@ -305,7 +305,7 @@ def test_fencing_a_process_that_left_needs_no_wait(store: ObjectStore) -> None:
     asyncio.run(main())
 
 
-def test_fencing_a_restarted_process_uses_the_observed_lease(store: ObjectStore) -> None:
+def test_fencing_a_restarted_process_uses_the_recorded_takeover(store: ObjectStore) -> None:
     async def main() -> None:
         cluster = await started(store)
         controller = cluster.controller(1)
@@ -318,13 +318,19 @@ def test_fencing_a_restarted_process_uses_the_observed_lease(store: ObjectStore)
         )
         assert fence.predecessor == observed2
         assert fence.successor == cluster.node(2).holder.record.lease
-        # Restarted and renewed since: not provably an immediate takeover.
+        # Restarted and renewed since: the record still holds the exact takeover (ML-11).
+        last3 = old3.holder.record.lease
         await cluster.restart(3)
-        with pytest.raises(RebalanceError, match="not by an immediate takeover"):
-            await controller.fence_process_incarnation(
-                old3.participant, deadline=cluster.deadline()
-            )
-        # A boot this controller never observed.
+        await cluster.advance(PROCESS_TTL_S)
+        fence = await controller.fence_process_incarnation(
+            old3.participant, deadline=cluster.deadline()
+        )
+        assert process_fence_problem(fence) is None
+        assert fence.predecessor == last3
+        current = cluster.node(3).holder.record
+        assert fence.successor.owner == current.lease.owner
+        assert fence.successor.seq < current.lease.seq
+        # A boot that never held node 2: neither observed nor among its takeovers.
         stranger = FenceParticipant(node_id=2, boot_incarnation=old3.boot)
         with pytest.raises(RebalanceError, match="never observed"):
             await controller.fence_process_incarnation(stranger, deadline=cluster.deadline())

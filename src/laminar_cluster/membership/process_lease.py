@@ -3,7 +3,8 @@
 
 * `acquire`: every start takes the stored term + 1 and seq + 1 by compare-and-swap on the
   node's one record, immediately (ML-1, ML-2). The previous incarnation, if any, is named in a
-  `ProcessLeaseFence` (§8.2: an immediate takeover, seq + 1 and term + 1).
+  `ProcessLeaseFence` (§8.2: an immediate takeover, seq + 1 and term + 1), which the new record
+  also keeps, newest first, in its `takeovers` (ML-11); renewals carry them unchanged.
 * `renew`: update-if-match on our own last version with a fresh nonce; the local validity is
   anchored at the start of the attempt (ML-3). A CAS lost to any other incarnation means a newer
   start owns the node id: `ProcessFenced`, terminal (ML-2). A missed local deadline is terminal
@@ -41,6 +42,7 @@ from laminar_cluster.membership.records import (
     NodeState,
     decode_node_record,
     encode_node_record,
+    with_takeover,
 )
 from laminar_cluster.store import CREATE, IfMatch, ObjectStore
 
@@ -258,16 +260,18 @@ class ProcessLeaseHolder:
         return self._held
 
     def _start_record(self, current: Stored | None, boot: str) -> NodeLeaseRecord:
-        term, seq = (
-            (0, 0)
-            if current is None
-            else (
-                current.record.lease.term,
-                current.record.lease.seq,
-            )
-        )
+        """ML-1: term + 1 and seq + 1 over `current`; ML-11: our takeover of it, newest first."""
+        previous = None if current is None else current.record
+        term, seq = (0, 0) if previous is None else (previous.lease.term, previous.lease.seq)
         lease = ProcessLease(
             node=self.node, owner=boot, term=term + 1, seq=seq + 1, expires_at_ms=self._expiry_ms()
+        )
+        takeovers = (
+            ()
+            if previous is None
+            else with_takeover(
+                ProcessLeaseFence(predecessor=previous.lease, successor=lease), previous.takeovers
+            )
         )
         return NodeLeaseRecord(
             version=1,
@@ -276,6 +280,7 @@ class ProcessLeaseHolder:
             ttl_ms=self.ttl_ms,
             nonce=str(self._clock.uuid4()),
             failure_domain=self._failure_domain,
+            takeovers=takeovers,
         )
 
     async def _write_start(

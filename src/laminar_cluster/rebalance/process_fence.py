@@ -10,9 +10,15 @@ is the durable evidence the recovery decision carries.
 The takeover is allowed only when the record still names the boot AND the boot either left or
 was observed dead: this controller's discovery saw the same liveness identity (owner, term, seq)
 for at least a full ttl, and the fresh read still shows that identity. A process whose lease
-was renewed is never fenced ("renewed"). When the node already restarted (the record names a
-newer boot), the evidence is built from the newest lease of the boot this controller observed
-and the current record, and must be an immediate takeover (§8.2), else it is refused.
+was renewed is never fenced ("renewed"). The takeover record keeps its own fence in the
+record's durable `takeovers` (docs/protocols/membership.md ML-11), as every new start does.
+
+When the node already restarted (the record names a newer boot), the evidence is the fence in the
+record's `takeovers` whose predecessor is that boot: exact even when this process never observed
+the boot (a restarted process fencing its own previous incarnation) and after the new boot
+renewed. Only when the boot is not among them (its takeover was pushed out by 8 newer ones) is the
+fence built from the newest lease of the boot this controller observed and the current record;
+it must then be an immediate takeover (§8.2), else it is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ from laminar_cluster.lease.validate_decisions import process_fence_problem
 from laminar_cluster.membership.discovery import MembershipView
 from laminar_cluster.membership.paths import node_lease_path
 from laminar_cluster.membership.process_lease import Stored, read_node_record
-from laminar_cluster.membership.records import NodeLeaseRecord, NodeState, encode_node_record
+from laminar_cluster.membership.records import (
+    NodeLeaseRecord,
+    NodeState,
+    encode_node_record,
+    with_takeover,
+)
 from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.store import ObjectStore
 
@@ -98,7 +109,7 @@ async def fence_process(
             candidate = _takeover_record(record, clock)
             if await _compare_and_swap(store, stored, candidate):
                 observed.note(candidate)
-                return ProcessLeaseFence(predecessor=record.lease, successor=candidate.lease)
+                return candidate.takeovers[0]
             # The record changed under us: re-read and decide again.
     raise StoreUnavailable(f"{what}: did not converge in {FENCE_ATTEMPTS_MAX} attempts")
 
@@ -117,12 +128,18 @@ def observed_dead(record: NodeLeaseRecord, view: MembershipView | None, now_s: f
 def _restarted_fence(
     participant: FenceParticipant, current: NodeLeaseRecord, observed: ObservedLeases
 ) -> ProcessLeaseFence:
+    """The exact takeover of `participant`'s boot: from the record's durable `takeovers`, else
+    from the boot's newest observed lease and the current record (module docstring)."""
     node, boot = participant.node_id, participant.boot_incarnation
+    for recorded in current.takeovers:
+        if recorded.predecessor.owner == boot:
+            return recorded  # validated on read: canonical, of this node
     predecessor = observed.newest(node, boot)
     if predecessor is None:
         raise RebalanceError(
-            f"process lease of node-{node} boot {boot} was never observed; the node now runs "
-            f"boot {current.lease.owner}; cannot fence it"
+            f"process lease of node-{node} boot {boot} was never observed and is not among "
+            f"its recorded takeovers; the node now runs boot {current.lease.owner}; cannot "
+            "fence it"
         )
     fence = ProcessLeaseFence(predecessor=predecessor, successor=current.lease)
     problem = process_fence_problem(fence)
@@ -135,20 +152,24 @@ def _restarted_fence(
 
 
 def _takeover_record(record: NodeLeaseRecord, clock: Clock) -> NodeLeaseRecord:
+    """`record`'s immediate takeover (§8.2), state `left`, its own fence prepended (ML-11)."""
     lease = record.lease
+    successor = ProcessLease(
+        node=lease.node,
+        owner=str(clock.uuid4()),
+        term=lease.term + 1,
+        seq=lease.seq + 1,
+        expires_at_ms=clock.wall_ms(),
+    )
+    fence = ProcessLeaseFence(predecessor=lease, successor=successor)
     return NodeLeaseRecord(
         version=1,
-        lease=ProcessLease(
-            node=lease.node,
-            owner=str(clock.uuid4()),
-            term=lease.term + 1,
-            seq=lease.seq + 1,
-            expires_at_ms=clock.wall_ms(),
-        ),
+        lease=successor,
         state=NodeState.LEFT,
         ttl_ms=record.ttl_ms,
         nonce=str(clock.uuid4()),
         failure_domain=record.failure_domain,
+        takeovers=with_takeover(fence, record.takeovers),
     )
 
 
