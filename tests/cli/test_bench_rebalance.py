@@ -75,6 +75,12 @@ def test_bench_rebalance_table_prints_every_field(capsys: pytest.CaptureFixture[
     assert "join:" in out and all(key in out for key in ROTATION_KEYS)
 
 
+def test_bench_rebalance_refuses_memory() -> None:
+    result = run("bench", "rebalance", "--store", "memory://", timeout_s=60)
+    assert result.returncode == 2
+    assert "node processes need a shared store" in " ".join(result.stderr.split())
+
+
 def test_node_refuses_a_poll_above_the_drain_ack_timeout(tmp_path: Path) -> None:
     result = run(
         *("node", "--store", f"file://{tmp_path}/store", "--node-id", "1"),

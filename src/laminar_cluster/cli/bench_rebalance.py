@@ -27,17 +27,15 @@ import asyncio
 import signal
 import tempfile
 import time
+import urllib.parse
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import moved_vnodes, rendezvous_assignment
-from laminar_cluster.cli.bench_failover import (
-    _delete_namespace,
-    _fresh_namespace,
-    _remove_file_namespace,
-)
+from laminar_cluster.cli.bench_failover import _delete_namespace, _remove_file_namespace
 from laminar_cluster.cli.bench_rebalance_fleet import (
     Event,
     NodeFleet,
@@ -46,7 +44,7 @@ from laminar_cluster.cli.bench_rebalance_fleet import (
     committed_head,
 )
 from laminar_cluster.cli.output import console, print_json
-from laminar_cluster.errors import DeadlineExceeded
+from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 from laminar_cluster.store import ObjectStore, open_store
 
 VNODES: Final = 256
@@ -173,6 +171,17 @@ class _Bench:
             "watcher_requests_excess_estimate": round(watcher_excess),
             "store_requests_per_rotation": rotated["requests"] + round(watcher_excess),
         }
+
+
+def _fresh_namespace(url: str) -> str:
+    """`url` with a fresh path segment appended: a new, empty namespace of a shared store."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme.lower() == "memory":
+        raise InvalidArgument(
+            f"{url}: memory:// lives in one process; node processes need a shared store"
+        )
+    path = f"{parsed.path.rstrip('/')}/bench-rebalance-{uuid.uuid4().hex[:12]}"
+    return urllib.parse.urlunsplit(parsed._replace(path=path))
 
 
 def _boot(fleet: NodeFleet, node: int) -> str | None:

@@ -178,6 +178,9 @@ class RebalanceNode:
         except* ProcessFenced as group:
             self.log.write("fenced", error=str(group.exceptions[0]))
             self.exit_code = EXIT_FENCED
+        except* Exception as group:
+            self.log.write("crashed", error=repr(group.exceptions[0]))
+            raise
         self.log.write("stopped", exit_code=self.exit_code)
         return self.exit_code
 

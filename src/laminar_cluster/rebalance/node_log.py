@@ -4,7 +4,7 @@ Every line has `node`, `event` and `t_mono` (the Clock's monotonic seconds; on o
 processes share it, so a bench can order events of different nodes) plus the event's fields.
 Events the node writes: `acquired`, `active`, `leader` / `leader_lost`, `members`, `seeded`,
 `rotated` / `rebalance_failed`, `adopted`, `activated`, `checkpoint` / `checkpoint_failed`,
-`leaving`, `draining`, `left`, `leave_timeout`, `fenced`, `stopped`,
+`leaving`, `draining`, `left`, `leave_timeout`, `fenced`, `crashed`, `stopped`,
 `requests` (store request counters by purpose, when enabled) and `log` (a forwarded warning of
 the library's own `logging` output).
 """
