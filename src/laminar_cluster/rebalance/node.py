@@ -325,15 +325,18 @@ class RebalanceNode:
         """Write `state` into the process lease, retrying store failures until `deadline`
         (ProcessFenced, terminal, propagates)."""
         pause_s = self.config.renew_interval_s / 4
-        while True:
+        attempts_max = math.ceil(max(0.0, deadline - self.clock.monotonic()) / pause_s) + 1
+        last: LaminarError | None = None
+        for _ in range(attempts_max):  # the deadline ends it first
             try:
                 await holder.renew(deadline=deadline, state=state)
                 return
             except (StoreUnavailable, DeadlineExceeded) as error:
-                remaining_s = deadline - self.clock.monotonic()
-                if remaining_s <= pause_s:
-                    raise DeadlineExceeded(f"announcing {state.value}: {error}") from error
+                last = error
+            if deadline - self.clock.monotonic() <= pause_s:
+                break
             await self.clock.sleep(pause_s)
+        raise DeadlineExceeded(f"announcing {state.value} did not finish in time: {last}")
 
     async def _drained(self, deadline: float) -> bool:
         """No vnodes in an authority-audited committed head, and the local engine runs one."""
