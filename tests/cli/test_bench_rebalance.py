@@ -22,7 +22,9 @@ COMMAND = shutil.which("laminar-cluster") or str(Path(sys.executable).parent / "
 ROTATION_KEYS = {
     "from_version",
     "to_version",
+    "generations",
     "leader",
+    "change_seen_by",
     "vnodes_moved",
     "rendezvous_minimum",
     "moved_equals_minimum",
@@ -57,13 +59,12 @@ def test_bench_rebalance_json_figures(tmp_path: Path) -> None:
     assert set(join) == ROTATION_KEYS
     assert set(leave) == ROTATION_KEYS | {"leaver", "leaver_exit_code"}
     for rotation in (join, leave):
-        assert rotation["to_version"] == rotation["from_version"] + 1
+        assert rotation["generations"] == rotation["to_version"] - rotation["from_version"] >= 1
         assert rotation["vnodes_moved"] == rotation["rendezvous_minimum"] > 0
         assert rotation["moved_equals_minimum"] is True
         assert rotation["leader_attempt_requests"] > 0
         assert rotation["seen_to_running_s"] >= rotation["attempt_to_running_s"] > 0
     assert leave["leaver_exit_code"] == 0
-    assert leave["leaver"] != leave["leader"]
     assert sorted((tmp_path / "store").iterdir()) == []  # the bench's namespace is removed
 
 

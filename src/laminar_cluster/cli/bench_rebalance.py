@@ -9,6 +9,8 @@ looks every 20 ms). For each rotation:
 * `vnodes_moved` between the committed heads before and after, and `rendezvous_minimum`: the
   vnodes that must move at all (a join: those the new node owns after; a leave: those the
   leaver owned before). Rendezvous placement moves exactly those.
+* `generations`: committed versions between the heads (1 unless a rotation failed or took the
+  recovery path on a loaded host).
 * `seen_to_running_s`: from the leader's `members` event showing the change (the joiner
   `active`, the leaver `draining`) to the last node's `adopted` event of the new version;
   `excluding_debounce_s` subtracts the debounce (the loop waits it by design);
@@ -133,9 +135,13 @@ class _Bench:
         version = after.assignment_version
         leader, rotated = _rotation(self.fleet, version)
         node, state, triggered = changed
-        seen = leader.first(lambda e: e["t_mono"] >= triggered and _shows(e, node, state))
-        if seen is None:
-            raise DeadlineExceeded(f"bench rebalance: leader never saw node {node} {state}")
+        seen = _seen(leader, node, state, triggered)
+        seen_by = leader.node
+        if seen is None:  # leadership moved meanwhile: the first node that saw it
+            sightings = [(e, run.node) for run in runs if (e := _seen(run, node, state, triggered))]
+            if not sightings:
+                raise DeadlineExceeded(f"bench rebalance: no node saw node {node} {state}")
+            seen, seen_by = min(sightings, key=lambda sighting: float(sighting[0]["t_mono"]))
         running = max(_adopted_at(run, version) or float("inf") for run in runs)
         failed = [
             e
@@ -157,7 +163,9 @@ class _Bench:
         return {
             "from_version": before.assignment_version,
             "to_version": version,
+            "generations": version - before.assignment_version,
             "leader": leader.node,
+            "change_seen_by": seen_by,
             "vnodes_moved": moved,
             "rendezvous_minimum": minimum,
             "moved_equals_minimum": moved == minimum,
@@ -202,6 +210,11 @@ def _count_at(run: Run, at: float) -> int:
             continue
         count = int(event.get(WATCHER, 0))
     return count
+
+
+def _seen(run: Run, node: int, state: str, triggered: float) -> Event | None:
+    """The run's first `members` event after `triggered` that shows `node` in `state`."""
+    return run.first(lambda e: e["t_mono"] >= triggered and _shows(e, node, state))
 
 
 def _shows(event: Event, node: int, state: str) -> bool:
