@@ -5,8 +5,9 @@ until it leaves, is stopped or is fenced, in one TaskGroup:
 
 * the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
 * the `StoreClusterController`'s discovery refresh every `poll_s`;
-* leadership: `LeaderLeaseManager`s back to back (every node is a candidate; a fenced manager is
-  replaced by a new one, which begins a new term, spec_leader_lease S9);
+* leadership: `LeaderLeaseManager`s back to back while this node is a candidate
+  (`node_leadership.leader_eligible`; a fenced manager is replaced by a new one, which begins
+  a new term, spec_leader_lease S9);
 * the `SnapshotWatcher` (followers and leader alike) and the `RebalanceLoop` (acts while leader;
   each attempt, `loop.rebalance_attempt`, runs the stopped-recovery round of §1.3 first while
   this process is recovering, holds `leader_work` and logs `rotated`);
@@ -53,7 +54,7 @@ from laminar_cluster.rebalance.controller import StoreClusterController
 from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, LeaderCheckpointer
 from laminar_cluster.rebalance.loop import RebalanceLoop, rebalance_attempt
 from laminar_cluster.rebalance.node_duties import LeaderDuties
-from laminar_cluster.rebalance.node_leadership import ManagedLeadership
+from laminar_cluster.rebalance.node_leadership import ManagedLeadership, leader_eligible
 from laminar_cluster.rebalance.node_log import NodeLog
 from laminar_cluster.rebalance.node_monitor import NodeMonitor
 from laminar_cluster.rebalance.node_stats import PurposeCountingStore, counting_as
@@ -275,6 +276,7 @@ class RebalanceNode:
                 group.create_task(_as("lease", self._renew(holder))),
                 group.create_task(_as("membership", controller.run(shutdown, self.config.poll_s))),
                 group.create_task(_as("leadership", leadership.run(shutdown))),
+                group.create_task(self._follow_candidacy(leadership)),
                 group.create_task(_as("watcher", watcher.run(shutdown))),
                 group.create_task(_as("rebalance", loop.run(shutdown))),
                 group.create_task(_as("duties", duties.run(shutdown))),
@@ -282,6 +284,23 @@ class RebalanceNode:
                 group.create_task(monitor.run(shutdown)),
             ]
             group.create_task(self._cancel_after_shutdown(tasks))
+
+    async def _follow_candidacy(self, leadership: ManagedLeadership) -> None:
+        """Keep the leader candidacy equal to `leader_eligible` (node_leadership), checked
+        every quarter poll from local state only (the registry and the latest view)."""
+        controller, engine = self.controller, self.engine
+        assert controller is not None and engine is not None
+        while not self.shutdown.is_set():
+            view = controller.membership_view()
+            live = () if view is None else view.live_nodes()
+            leadership.set_eligible(
+                leader_eligible(self.config.node_id, engine.registry().owners, live)
+            )
+            try:
+                async with self.clock.timeout_at(self.clock.monotonic() + self.config.poll_s / 4):
+                    await self.shutdown.wait()
+            except TimeoutError:
+                pass
 
     async def _renew(self, holder: ProcessLeaseHolder) -> None:
         await keep_renewed(holder, self.clock, interval_s=self.config.renew_interval_s)

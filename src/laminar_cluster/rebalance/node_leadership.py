@@ -2,13 +2,20 @@
 
 A `LeaderLeaseManager` runs once and ends fenced (shutdown, a missed renewal, durable fencing);
 a higher layer builds the next one, which begins a new term with a new token. `ManagedLeadership`
-is that layer for a node that is always a candidate, and it is the controller's `Leadership`:
-`proof()` and `grants_leadership()` ask the manager running now (none: not the leader).
+is that layer, and it is the controller's `Leadership`: `proof()` and `grants_leadership()` ask
+the manager running now (none: not the leader).
+
+Candidacy (`leader_eligible`): a process may lead only while it owns vnodes in the assignment
+it runs, or while no owner of that assignment is live (a fresh cluster, or every owner gone).
+A leader outside the predecessor roster could never take the pre-rotation checkpoint (a cluster
+outcome's leader must be in its fence), so every graceful rotation it opened would abort and a
+new version would be burnt per attempt. Losing eligibility withdraws the grant at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Final
 
 from laminar_cluster.checkpoint.records import LeaderProof
@@ -36,6 +43,10 @@ class ManagedLeadership:
         self._authority, self._owner, self._config, self._clock = authority, owner, config, clock
         self._manager: LeaderLeaseManager | None = None
         self.generation = 0  # how many managers ran
+        self.candidacy = CandidacyWatch(eligible=True)
+
+    def set_eligible(self, eligible: bool) -> None:
+        self.candidacy.set(eligible)
 
     def proof(self) -> LeaderProof | None:
         manager = self._manager
@@ -47,7 +58,7 @@ class ManagedLeadership:
 
     async def run(self, shutdown: asyncio.Event) -> None:
         """Contend until shutdown; after a fenced manager, pause one renew interval."""
-        candidacy = CandidacyWatch(eligible=True)
+        candidacy = self.candidacy
         for _ in range(MANAGERS_MAX):
             if shutdown.is_set():
                 return
@@ -61,3 +72,11 @@ class ManagedLeadership:
                     await shutdown.wait()
             except TimeoutError:
                 pass
+
+
+def leader_eligible(node_id: int, owners: Sequence[int], live_nodes: Sequence[int]) -> bool:
+    """May this node lead while it runs an assignment with `owners` (module doc)?"""
+    if not owners or node_id in owners:
+        return True
+    live = set(live_nodes)
+    return not any(owner in live for owner in set(owners))
