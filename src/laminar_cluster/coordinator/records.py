@@ -1,0 +1,60 @@
+"""Durable records of one distributed checkpoint attempt (docs/protocols/distributed-checkpoint.md).
+
+Under `checkpoints/attempt={id:020}/`:
+
+* `prepare.json` (`CheckpointPrepare`): the leader's announcement: the attempt, the fence every
+  participant must run, the leader proof and the drain transition (pre-rotation checkpoints).
+* `vnode={v:05}.json` (`VnodePartial`): one vnode's state and the next offset of each of its
+  source partitions at the cut, written by the vnode's owner.
+* `output/node={id:020}.json` (`SinkOutput`): the sink records one participant produced since
+  its last committed checkpoint; visible only when the attempt's cluster outcome is Commit.
+* `manifest/node={id:020}.json` (`ParticipantManifest`): the participant's ack: its vnodes, the
+  SHA-256 of each partial and of its output. Written last; its SHA-256 is the participant's
+  `manifest_sha256` in the recovery capsule.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    CheckpointAttempt,
+    FenceParticipant,
+    LeaderProof,
+)
+from laminar_cluster.codec import U16, U64, Record
+from laminar_cluster.lease.records import AssignmentDrainTransition
+
+
+class CheckpointPrepare(Record):
+    version: Literal[1]
+    attempt: CheckpointAttempt
+    fence: CheckpointAssignmentFence
+    leader_proof: LeaderProof
+    drain_transition: AssignmentDrainTransition | None
+
+
+class VnodePartial(Record):
+    version: Literal[1]
+    attempt: CheckpointAttempt
+    vnode: U16
+    participant: FenceParticipant
+    state_b64: str  # the processor's opaque vnode state, base64
+    offsets: dict[str, U64]  # source partition (decimal) -> next offset to read
+
+
+class SinkOutput(Record):
+    version: Literal[1]
+    attempt: CheckpointAttempt
+    participant: FenceParticipant
+    records_b64: str  # the processor's opaque output records, base64
+
+
+class ParticipantManifest(Record):
+    version: Literal[1]
+    attempt: CheckpointAttempt
+    participant: FenceParticipant
+    vnodes: tuple[U16, ...]
+    partial_sha256: tuple[str, ...]  # in `vnodes` order
+    output_sha256: str
