@@ -117,6 +117,24 @@ def assignment(
     raise typer.Exit(_guard(lambda: run_assignment(store, version=version, as_json=as_json)))
 
 
+@app.command("status")
+def status(
+    store: StoreOption,
+    as_json: JsonOption = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Redraw until Ctrl-C.")] = False,
+    interval_s: Annotated[
+        float, typer.Option("--interval", help="Seconds between redraws with --watch.")
+    ] = 2.0,
+) -> None:
+    """Leader and token, members, assignment and vnodes per node, last committed checkpoint,
+    source lag. Read-only."""
+    from laminar_cluster.cli.status import run_status
+
+    raise typer.Exit(
+        _guard(lambda: run_status(store, as_json=as_json, watch=watch, interval_s=interval_s))
+    )
+
+
 @bench_app.command("checkpoint-ids")
 def bench_checkpoint_ids(
     store: StoreOption,

@@ -1,0 +1,224 @@
+"""`NodeMetrics`: the Prometheus metrics of one node process (issue 7 `--metrics-port`;
+spec_rebalance §3.4 and §6.5 for the placement series).
+
+Every instance owns a `CollectorRegistry` (never prometheus_client's global one), so several
+nodes in one process (tests, simulations) never share or collide on series. The node updates it
+three ways:
+
+* `update_from(controller, engine)` every poll: leadership and fencing token from the
+  controller's leader proof, assignment version and vnodes owned from the engine's registry,
+  and, when the engine offers them, vnodes restoring, events processed and source lag;
+* event calls where things happen: `checkpoint_finished`, `rotated`, `events_processed`,
+  `set_source_lag`;
+* `MetricsStore` (metrics.counted_store) counts every store request and error through
+  `store_request` / `store_error`; the watcher publishes placement through `publish_placement`
+  (it is the rebalance layer's `PlacementSink`).
+
+Names: the placement series keep their spec names (`placement_vnodes_per_domain`,
+`placement_blast_radius_ratio`); every other series starts with `laminar_` and ends in its unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection
+from typing import Any, Final, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from laminar_cluster.assignment.placement import PlacementMetrics
+from laminar_cluster.checkpoint.records import CheckpointVerdict, LeaderProof
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.rebalance.interfaces import RegistrySnapshot
+
+STORE_OPS: Final = ("get", "head", "put", "list", "delete")
+# The `outcome` of a checkpoint that ended without a recorded verdict (refused, timed out).
+CHECKPOINT_FAILED: Final = "failed"
+CHECKPOINT_DURATION_BUCKETS_S: Final = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class MetricsController(Protocol):
+    """What `update_from` reads from a `StoreClusterController` (which satisfies it)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    def capture_leader_proof(self) -> LeaderProof | None: ...
+
+
+class MetricsEngine(Protocol):
+    """What `update_from` needs from any engine. Optional, found by name when present:
+    `restoring_vnodes() -> Collection[int]`, `events_processed() -> int` (cumulative) and
+    `source_lag() -> int | None` (events behind the log ends; None when unknown)."""
+
+    def registry(self) -> RegistrySnapshot: ...
+
+
+class NodeMetrics:
+    """The series of one node process, on `self.registry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
+        r = self.registry
+        self.leader = Gauge("laminar_leader", "1 while this process leads, else 0", registry=r)
+        self.leader_token = Gauge(
+            "laminar_leader_fencing_token",
+            "Fencing token of this process's leader term (0 while not leading)",
+            registry=r,
+        )
+        self.assignment_version = Gauge(
+            "laminar_assignment_version", "Assignment version the local engine runs", registry=r
+        )
+        self.vnodes_owned = Gauge(
+            "laminar_vnodes_owned", "Vnodes this process owns in its assignment", registry=r
+        )
+        self.vnodes_restoring = Gauge(
+            "laminar_vnodes_restoring", "Owned vnodes still restoring their state", registry=r
+        )
+        self.checkpoint_duration = Histogram(
+            "laminar_checkpoint_duration_seconds",
+            "Cluster checkpoint duration, by outcome (commit, abort, failed)",
+            ["outcome"],
+            buckets=CHECKPOINT_DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self.checkpoint_outcomes = Counter(
+            "laminar_checkpoint_outcomes",
+            "Cluster checkpoint verdicts recorded by this process",
+            ["verdict"],
+            registry=r,
+        )
+        self.rotations = Counter(
+            "laminar_rotations", "Assignment rotations settled by this process", registry=r
+        )
+        self.events = Counter(
+            "laminar_events_processed", "Events processed by the local engine", registry=r
+        )
+        self.source_lag = Gauge(
+            "laminar_source_lag_events",
+            "Events between the log ends and the consumed offsets (NaN: unknown)",
+            registry=r,
+        )
+        self.store_requests = Counter(
+            "laminar_store_requests", "Object store requests, by operation", ["op"], registry=r
+        )
+        self.store_errors = Counter(
+            "laminar_store_errors",
+            "Failed object store requests, by operation and exception class",
+            ["op", "kind"],
+            registry=r,
+        )
+        self.placement_vnodes = Gauge(
+            "placement_vnodes_per_domain",
+            "Vnodes per failure domain at the isolation tier (spec_rebalance §3.4)",
+            ["domain"],
+            registry=r,
+        )
+        self.placement_blast_radius = Gauge(
+            "placement_blast_radius_ratio",
+            "Largest failure domain's share of the vnodes (spec_rebalance §3.4)",
+            registry=r,
+        )
+        for op in STORE_OPS:  # every operation's series exists from the start, at 0
+            self.store_requests.labels(op=op)
+        for verdict in CheckpointVerdict:
+            self.checkpoint_outcomes.labels(verdict=verdict.value)
+        self.source_lag.set(math.nan)
+        self._events_seen = 0
+
+    # -- gauges ------------------------------------------------------------------------------
+    def set_leader(self, proof: LeaderProof | None) -> None:
+        self.leader.set(0 if proof is None else 1)
+        self.leader_token.set(0 if proof is None else proof.fencing_token)
+
+    def set_assignment(self, registry: RegistrySnapshot, node_id: int) -> None:
+        self.assignment_version.set(registry.version)
+        self.vnodes_owned.set(sum(1 for owner in registry.owners if owner == node_id))
+
+    def set_restoring(self, vnodes: int) -> None:
+        self.vnodes_restoring.set(vnodes)
+
+    def set_source_lag(self, events: int | None) -> None:
+        """Events behind the log ends; None (unknown) exposes NaN."""
+        self.source_lag.set(math.nan if events is None else events)
+
+    # -- events ------------------------------------------------------------------------------
+    def checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None:
+        """One checkpoint attempt ended: its duration under its verdict (or `failed` when none
+        was recorded), and the verdict counted."""
+        if not (math.isfinite(duration_s) and duration_s >= 0):
+            raise InvalidArgument(f"checkpoint duration must be >= 0 s, not {duration_s!r}")
+        outcome = CHECKPOINT_FAILED if verdict is None else verdict.value
+        self.checkpoint_duration.labels(outcome=outcome).observe(duration_s)
+        if verdict is not None:
+            self.checkpoint_outcomes.labels(verdict=verdict.value).inc()
+
+    def rotated(self) -> None:
+        self.rotations.inc()
+
+    def events_processed(self, events: int) -> None:
+        if events < 0:
+            raise InvalidArgument(f"events processed must be >= 0, not {events}")
+        self.events.inc(events)
+
+    def store_request(self, op: str) -> None:
+        self.store_requests.labels(op=op).inc()
+
+    def store_error(self, op: str, kind: str) -> None:
+        self.store_errors.labels(op=op, kind=kind).inc()
+
+    # -- rebalance.watcher_publish.PlacementSink ---------------------------------------------
+    def publish_placement(self, metrics: PlacementMetrics) -> None:
+        """§3.4: reset the per-domain vector (stale domains vanish), one series per domain,
+        then the blast-radius ratio."""
+        self.placement_vnodes.clear()
+        for domain, count in sorted(metrics.vnodes_per_domain.items()):
+            self.placement_vnodes.labels(domain=domain).set(count)
+        self.placement_blast_radius.set(metrics.blast_radius_ratio)
+
+    # -- per poll ----------------------------------------------------------------------------
+    def update_from(self, controller: MetricsController, engine: MetricsEngine) -> None:
+        """Refresh the gauges from local state only (no store requests): leadership and token,
+        the engine's registry, and the engine's optional progress figures."""
+        self.set_leader(controller.capture_leader_proof())
+        self.set_assignment(engine.registry(), controller.node_id)
+        restoring = _optional(engine, "restoring_vnodes")
+        if restoring is not None:
+            vnodes: Collection[int] = restoring()
+            self.set_restoring(len(vnodes))
+        processed = _optional(engine, "events_processed")
+        if processed is not None:
+            total = int(processed())
+            if total > self._events_seen:  # a counter only moves up; a new engine restarts at 0
+                self.events.inc(total - self._events_seen)
+            self._events_seen = total
+        lag = _optional(engine, "source_lag")
+        if lag is not None:
+            value = lag()
+            self.set_source_lag(None if value is None else int(value))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every series (what the HTTP endpoint serves)."""
+        return generate_latest(self.registry)
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """One sample's current value (tests and the status view), None when absent."""
+        return self.registry.get_sample_value(name, labels or {})
+
+
+def _optional(engine: object, name: str) -> Callable[[], Any] | None:
+    found = getattr(engine, name, None)
+    return found if callable(found) else None

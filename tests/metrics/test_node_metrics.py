@@ -1,0 +1,138 @@
+"""`NodeMetrics` (metrics/node_metrics.py): gauge values after `update_from`, checkpoint
+durations and verdicts, placement series (spec_rebalance §3.4), one registry per instance."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import REGISTRY
+
+from laminar_cluster.assignment.placement import PlacementMetrics
+from laminar_cluster.checkpoint.records import CheckpointVerdict, LeaderOwner, LeaderProof
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.metrics import CHECKPOINT_FAILED, NodeMetrics
+from laminar_cluster.rebalance.interfaces import RegistrySnapshot
+
+PROOF = LeaderProof(owner=LeaderOwner(node_id=2, boot_id="boot-2", process_term=3), fencing_token=7)
+
+
+@dataclass
+class FakeController:
+    node_id: int = 2
+    proof: LeaderProof | None = PROOF
+
+    def capture_leader_proof(self) -> LeaderProof | None:
+        return self.proof
+
+
+@dataclass
+class BareEngine:
+    """Only `registry()`: the rebalance `ControlEngine`'s shape."""
+
+    snapshot: RegistrySnapshot
+
+    def registry(self) -> RegistrySnapshot:
+        return self.snapshot
+
+
+@dataclass
+class ProgressEngine(BareEngine):
+    restoring: set[int] = field(default_factory=set)
+    processed: int = 0
+    lag: int | None = None
+
+    def restoring_vnodes(self) -> Collection[int]:
+        return self.restoring
+
+    def events_processed(self) -> int:
+        return self.processed
+
+    def source_lag(self) -> int | None:
+        return self.lag
+
+
+def test_update_from_sets_leadership_assignment_and_progress() -> None:
+    metrics, controller = NodeMetrics(), FakeController()
+    engine = ProgressEngine(
+        RegistrySnapshot(version=4, owners=(2, 1, 2, 2)), restoring={0, 3}, processed=100, lag=42
+    )
+    metrics.update_from(controller, engine)
+    assert metrics.value("laminar_leader") == 1
+    assert metrics.value("laminar_leader_fencing_token") == 7
+    assert metrics.value("laminar_assignment_version") == 4
+    assert metrics.value("laminar_vnodes_owned") == 3
+    assert metrics.value("laminar_vnodes_restoring") == 2
+    assert metrics.value("laminar_events_processed_total") == 100
+    assert metrics.value("laminar_source_lag_events") == 42
+
+    # The engine's cumulative figure moves the counter by the difference only.
+    engine.processed, engine.lag, engine.restoring = 250, None, set()
+    controller.proof = None
+    metrics.update_from(controller, engine)
+    assert metrics.value("laminar_events_processed_total") == 250
+    assert metrics.value("laminar_leader") == 0
+    assert metrics.value("laminar_leader_fencing_token") == 0
+    assert metrics.value("laminar_vnodes_restoring") == 0
+    lag = metrics.value("laminar_source_lag_events")
+    assert lag is not None and math.isnan(lag)
+
+
+def test_update_from_a_bare_engine_leaves_the_optional_figures() -> None:
+    metrics = NodeMetrics()
+    metrics.events_processed(5)
+    metrics.update_from(FakeController(node_id=1), BareEngine(RegistrySnapshot(2, (1, 1, 2))))
+    assert metrics.value("laminar_vnodes_owned") == 2
+    assert metrics.value("laminar_assignment_version") == 2
+    assert metrics.value("laminar_events_processed_total") == 5
+    assert metrics.value("laminar_vnodes_restoring") == 0
+    with pytest.raises(InvalidArgument):
+        metrics.events_processed(-1)
+
+
+def test_checkpoint_durations_by_outcome_and_verdicts_counted() -> None:
+    metrics = NodeMetrics()
+    assert metrics.value("laminar_checkpoint_outcomes_total", {"verdict": "commit"}) == 0
+    metrics.checkpoint_finished(0.2, CheckpointVerdict.COMMIT)
+    metrics.checkpoint_finished(0.4, CheckpointVerdict.COMMIT)
+    metrics.checkpoint_finished(15.0, CheckpointVerdict.ABORT)
+    metrics.checkpoint_finished(1.0, None)
+    metrics.rotated()
+    count = "laminar_checkpoint_duration_seconds_count"
+    total = "laminar_checkpoint_duration_seconds_sum"
+    assert metrics.value(count, {"outcome": "commit"}) == 2
+    assert metrics.value(total, {"outcome": "commit"}) == pytest.approx(0.6)
+    assert metrics.value(count, {"outcome": "abort"}) == 1
+    assert metrics.value(count, {"outcome": CHECKPOINT_FAILED}) == 1
+    bucket = "laminar_checkpoint_duration_seconds_bucket"
+    assert metrics.value(bucket, {"outcome": "commit", "le": "0.25"}) == 1
+    assert metrics.value(bucket, {"outcome": "abort", "le": "10.0"}) == 0
+    assert metrics.value("laminar_checkpoint_outcomes_total", {"verdict": "commit"}) == 2
+    assert metrics.value("laminar_checkpoint_outcomes_total", {"verdict": "abort"}) == 1
+    assert metrics.value("laminar_rotations_total") == 1
+    with pytest.raises(InvalidArgument):
+        metrics.checkpoint_finished(-0.1, CheckpointVerdict.COMMIT)
+
+
+def test_publish_placement_replaces_every_domain_series() -> None:
+    metrics = NodeMetrics()
+    metrics.publish_placement(PlacementMetrics({"r;z1": 2, "r;z2": 1, "unknown": 1}, 0.5))
+    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z1"}) == 2
+    assert metrics.value("placement_blast_radius_ratio") == 0.5
+    metrics.publish_placement(PlacementMetrics({"r;z2": 4}, 1.0))
+    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z1"}) is None
+    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z2"}) == 4
+    assert metrics.value("placement_blast_radius_ratio") == 1.0
+
+
+def test_each_instance_has_its_own_registry_never_the_global_one() -> None:
+    first, second = NodeMetrics(), NodeMetrics()  # the same names twice: no collision
+    first.rotated()
+    assert first.value("laminar_rotations_total") == 1
+    assert second.value("laminar_rotations_total") == 0
+    assert REGISTRY.get_sample_value("laminar_rotations_total") is None
+    text = first.exposition().decode()
+    assert "# TYPE laminar_store_requests_total counter" in text
+    assert 'laminar_store_requests_total{op="put"} 0.0' in text
