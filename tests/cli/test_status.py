@@ -15,9 +15,14 @@ from rich.console import Console
 
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.cli.status import _watch, render, run_status, status_once
-from laminar_cluster.cli.status_view import ReadOnlyStore, StatusReader, StatusView
+from laminar_cluster.cli.status_view import (
+    ReadOnlyStore,
+    StatusReader,
+    StatusView,
+    listed_partitions,
+)
 from laminar_cluster.clock import RealClock, SimulatedClock
-from laminar_cluster.errors import NotSupported
+from laminar_cluster.errors import CorruptRecord, NotSupported
 from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from tests.rebalance.cluster_support import PROCESS_TTL_S
@@ -128,18 +133,23 @@ def test_status_json_of_a_running_cluster(
 
 
 class FakeLog:
-    """End offsets of partitions 0, 1, 2 and 5 (the lag's event log, by its protocol)."""
+    """An event log of 6 declared partitions (3 and 4 empty), by the lag's protocol."""
 
     ends = {0: 520, 1: 300, 2: 7, 5: 41}
+    declared: int | None = 6
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
 
-    async def partitions(self, *, deadline: float) -> list[int]:
-        return sorted(self.ends)
+    async def partitions(self, *, deadline: float) -> int | None:
+        return self.declared
 
     async def end_offset(self, partition: int, *, deadline: float) -> int:
-        return self.ends[partition]
+        return self.ends.get(partition, 0)
+
+
+class UndeclaredLog(FakeLog):
+    declared = None
 
 
 def test_lag_is_end_offset_minus_the_committed_capsule_offset() -> None:
@@ -152,9 +162,34 @@ def test_lag_is_end_offset_minus_the_committed_capsule_offset() -> None:
         view = await reader.read(timeout_s=30.0)
         assert view.ok, view.problems
         lags = {row["partition"]: row["lag"] for row in view.lag["partitions"]}
-        assert lags == {0: 20, 1: 0, 2: 7, 5: 1}  # partition 2: nothing committed yet
+        assert lags == {0: 20, 1: 0, 2: 7, 3: 0, 4: 0, 5: 1}  # 2: nothing committed yet
         assert view.lag["known"] is True and view.lag["total"] == 28
-        assert "source lag" in _plain(view)
+        assert "source lag" in _plain(view) and "28 events" in _plain(view)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+def test_undeclared_partitions_are_found_by_listing_events(backend: str, file_url: str) -> None:
+    async def main() -> None:
+        store = open_store("memory://" if backend == "memory" else file_url)
+        clock = SimulatedClock(seed=7)
+        for key in [
+            "events/layout.json",
+            "events/partition=00000/offset=00000000000000000000.json",
+            "events/partition=00005/offset=00000000000000000000.json",
+            "events/partition=00005/offset=00000000000000000030.json",
+            "events/partition=00017/offset=00000000000000000000.json",
+        ]:
+            await store.put(key, b"{}", CREATE)
+        assert await listed_partitions(store, limit=10) == [0, 5, 17]
+        assert await listed_partitions(store, limit=1) == [0, 5]  # limit + 1: "more"
+        view = await StatusReader(store, clock, UndeclaredLog).read(timeout_s=30.0)
+        rows = [(row["partition"], row["lag"]) for row in view.lag["partitions"]]
+        assert rows == [(0, 520), (5, 41), (17, 0)]  # no checkpoint: everything is lag
+        await store.put("events/partition=x/offset=1.json", b"{}", CREATE)
+        with pytest.raises(CorruptRecord):
+            await listed_partitions(store, limit=10)
 
     asyncio.run(main())
 

@@ -3,8 +3,8 @@ durations and verdicts, placement series (spec_rebalance §3.4), one registry pe
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pytest
@@ -12,9 +12,12 @@ from prometheus_client import REGISTRY
 
 from laminar_cluster.assignment.placement import PlacementMetrics
 from laminar_cluster.checkpoint.records import CheckpointVerdict, LeaderOwner, LeaderProof
+from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.metrics import CHECKPOINT_FAILED, NodeMetrics
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
+from laminar_cluster.store import open_store
+from tests.rebalance.scenario import Scenario
 
 PROOF = LeaderProof(owner=LeaderOwner(node_id=2, boot_id="boot-2", process_term=3), fencing_token=7)
 
@@ -38,26 +41,31 @@ class BareEngine:
         return self.snapshot
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The figures `update_from` reads from `progress()` (runtime.engine.EngineProgress)."""
+
+    events_processed: int
+    restoring_vnodes: int
+
+
 @dataclass
 class ProgressEngine(BareEngine):
-    restoring: set[int] = field(default_factory=set)
+    restoring: int = 0
     processed: int = 0
-    lag: int | None = None
+    lag: dict[int, int] = field(default_factory=dict)
 
-    def restoring_vnodes(self) -> Collection[int]:
-        return self.restoring
+    def progress(self) -> Progress:
+        return Progress(events_processed=self.processed, restoring_vnodes=self.restoring)
 
-    def events_processed(self) -> int:
-        return self.processed
-
-    def source_lag(self) -> int | None:
-        return self.lag
+    async def source_lag(self, *, deadline: float) -> dict[int, int]:
+        return dict(self.lag)
 
 
 def test_update_from_sets_leadership_assignment_and_progress() -> None:
     metrics, controller = NodeMetrics(), FakeController()
     engine = ProgressEngine(
-        RegistrySnapshot(version=4, owners=(2, 1, 2, 2)), restoring={0, 3}, processed=100, lag=42
+        RegistrySnapshot(version=4, owners=(2, 1, 2, 2)), restoring=2, processed=100
     )
     metrics.update_from(controller, engine)
     assert metrics.value("laminar_leader") == 1
@@ -66,16 +74,25 @@ def test_update_from_sets_leadership_assignment_and_progress() -> None:
     assert metrics.value("laminar_vnodes_owned") == 3
     assert metrics.value("laminar_vnodes_restoring") == 2
     assert metrics.value("laminar_events_processed_total") == 100
-    assert metrics.value("laminar_source_lag_events") == 42
 
     # The engine's cumulative figure moves the counter by the difference only.
-    engine.processed, engine.lag, engine.restoring = 250, None, set()
+    engine.processed, engine.restoring = 250, 0
     controller.proof = None
     metrics.update_from(controller, engine)
     assert metrics.value("laminar_events_processed_total") == 250
     assert metrics.value("laminar_leader") == 0
     assert metrics.value("laminar_leader_fencing_token") == 0
     assert metrics.value("laminar_vnodes_restoring") == 0
+
+
+def test_source_lag_is_the_total_over_partitions_and_nan_when_unknown() -> None:
+    metrics = NodeMetrics()
+    lag = metrics.value("laminar_source_lag_events")
+    assert lag is not None and math.isnan(lag)
+    engine = ProgressEngine(RegistrySnapshot(1, (1,)), lag={0: 5, 3: 37})
+    assert asyncio.run(metrics.update_lag_from(engine, deadline=1e9)) == 42
+    assert metrics.value("laminar_source_lag_events") == 42
+    metrics.set_source_lag(None)
     lag = metrics.value("laminar_source_lag_events")
     assert lag is not None and math.isnan(lag)
 
@@ -136,3 +153,27 @@ def test_each_instance_has_its_own_registry_never_the_global_one() -> None:
     text = first.exposition().decode()
     assert "# TYPE laminar_store_requests_total counter" in text
     assert 'laminar_store_requests_total{op="put"} 0.0' in text
+
+
+def test_update_from_a_real_controller_and_engine() -> None:
+    async def main() -> tuple[NodeMetrics, NodeMetrics, int]:
+        scenario = await Scenario.start(open_store("memory://"), SimulatedClock(seed=2), (1, 2))
+        await scenario.bring_up((1, 2, 1, 1), leader=1)
+        leader, follower = NodeMetrics(), NodeMetrics()
+        leader.update_from(scenario.cluster.controller(1), scenario.engines[1])
+        follower.update_from(scenario.cluster.controller(2), scenario.engines[2])
+        proof = scenario.cluster.controller(1).capture_leader_proof()
+        assert proof is not None
+        return leader, follower, proof.fencing_token
+
+    leader, follower, token = asyncio.run(main())
+    assert (leader.value("laminar_leader"), leader.value("laminar_leader_fencing_token")) == (
+        1,
+        token,
+    )
+    assert (follower.value("laminar_leader"), follower.value("laminar_leader_fencing_token")) == (
+        0,
+        0,
+    )
+    assert leader.value("laminar_assignment_version") == 1
+    assert leader.value("laminar_vnodes_owned") == 3 and follower.value("laminar_vnodes_owned") == 1

@@ -53,15 +53,19 @@ from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, P
 
 LAG_UNKNOWN_NOTE: Final = "source lag unknown: no event log in this build"
 T = TypeVar("T")
+PARTITIONS_PREFIX: Final = "events/partition="  # runtime/eventlog_batches.py partition_prefix
+PAST_PARTITION_KEYS: Final = "~"  # sorts after every `offset=...` name inside a partition
+LAG_PARTITIONS_LISTED_MAX: Final = 4_096
 MEMBERS_NOTE: Final = (
     "states as announced; suspected and dead need a node watched unchanged for a ttl (--watch)"
 )
 
 
 class EndOffsets(Protocol):
-    """The event log as the lag needs it (runtime.eventlog.EventLog satisfies it)."""
+    """The event log as the lag needs it (runtime.eventlog.EventLog satisfies it):
+    `partitions` is the declared partition count (None when undeclared)."""
 
-    async def partitions(self, *, deadline: float) -> list[int]: ...
+    async def partitions(self, *, deadline: float) -> int | None: ...
 
     async def end_offset(self, partition: int, *, deadline: float) -> int: ...
 
@@ -288,7 +292,7 @@ class StatusReader:
             return
         committed = {} if capsule is None else capsule.source_offsets
         rows = []
-        for partition in await log.partitions(deadline=deadline):
+        for partition in await self._partitions(log, view, deadline):
             end = await log.end_offset(partition, deadline=deadline)
             done = committed.get(str(partition), 0)
             rows.append(
@@ -305,6 +309,38 @@ class StatusReader:
             "partitions": rows,
             "note": "end offset minus the last committed checkpoint's offset, per partition",
         }
+
+    async def _partitions(self, log: EndOffsets, view: StatusView, deadline: float) -> list[int]:
+        """The declared partitions, else those with a batch under `events/`."""
+        declared = await log.partitions(deadline=deadline)
+        if declared is not None:
+            return list(range(declared))
+        listed = await listed_partitions(self.store, limit=LAG_PARTITIONS_LISTED_MAX)
+        if len(listed) > LAG_PARTITIONS_LISTED_MAX:
+            view.notes.append(
+                f"source lag covers the first {LAG_PARTITIONS_LISTED_MAX} partitions listed"
+            )
+        return listed[:LAG_PARTITIONS_LISTED_MAX]
+
+
+async def listed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
+    """The partitions holding at least one batch, ascending, at most `limit` + 1 of them: one
+    single-key LIST per partition, each starting after the previous partition's keys."""
+    found: list[int] = []
+    after: str | None = None
+    for _ in range(limit + 1):
+        metas = await store.list(PARTITIONS_PREFIX, offset=after, limit=1)
+        if not metas:
+            break
+        key = metas[0].key
+        digits = key[len(PARTITIONS_PREFIX) :].split("/", 1)[0]
+        partition = int(digits) if digits.isdigit() else -1
+        prefix = f"{PARTITIONS_PREFIX}{partition:05d}/"
+        if partition < 0 or not key.startswith(prefix):
+            raise CorruptRecord(f"{key}: not under an event log partition", key=key)
+        found.append(partition)
+        after = prefix + PAST_PARTITION_KEYS
+    return found
 
 
 def _checkpoint_row(

@@ -5,9 +5,10 @@ Every instance owns a `CollectorRegistry` (never prometheus_client's global one)
 nodes in one process (tests, simulations) never share or collide on series. The node updates it
 three ways:
 
-* `update_from(controller, engine)` every poll: leadership and fencing token from the
-  controller's leader proof, assignment version and vnodes owned from the engine's registry,
-  and, when the engine offers them, vnodes restoring, events processed and source lag;
+* `update_from(controller, engine)` every poll, from local state only: leadership and fencing
+  token from the controller's leader proof, assignment version and vnodes owned from the
+  engine's registry, and, when the engine reports `progress()`, vnodes restoring and events
+  processed; `update_lag_from(engine, deadline=)` less often, since the lag reads the log ends;
 * event calls where things happen: `checkpoint_finished`, `rotated`, `events_processed`,
   `set_source_lag`;
 * `MetricsStore` (metrics.counted_store) counts every store request and error through
@@ -21,7 +22,7 @@ Names: the placement series keep their spec names (`placement_vnodes_per_domain`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -60,11 +61,19 @@ class MetricsController(Protocol):
 
 
 class MetricsEngine(Protocol):
-    """What `update_from` needs from any engine. Optional, found by name when present:
-    `restoring_vnodes() -> Collection[int]`, `events_processed() -> int` (cumulative) and
-    `source_lag() -> int | None` (events behind the log ends; None when unknown)."""
+    """What `update_from` needs from any engine (the rebalance `ControlEngine` has only this).
+    An engine with a data plane may also offer `progress()`, whose result carries
+    `events_processed` (cumulative) and `restoring_vnodes` (a count): `update_from` reads them
+    when present (runtime.engine.StreamEngine)."""
 
     def registry(self) -> RegistrySnapshot: ...
+
+
+class LagSource(Protocol):
+    """An engine that can measure its source lag (runtime.engine.StreamEngine): events
+    behind the log's end per consumed partition. It reads the store, so it is not per poll."""
+
+    async def source_lag(self, *, deadline: float) -> Mapping[int, int]: ...
 
 
 class NodeMetrics:
@@ -195,20 +204,25 @@ class NodeMetrics:
         the engine's registry, and the engine's optional progress figures."""
         self.set_leader(controller.capture_leader_proof())
         self.set_assignment(engine.registry(), controller.node_id)
-        restoring = _optional(engine, "restoring_vnodes")
-        if restoring is not None:
-            vnodes: Collection[int] = restoring()
-            self.set_restoring(len(vnodes))
-        processed = _optional(engine, "events_processed")
-        if processed is not None:
-            total = int(processed())
-            if total > self._events_seen:  # a counter only moves up; a new engine restarts at 0
-                self.events.inc(total - self._events_seen)
-            self._events_seen = total
-        lag = _optional(engine, "source_lag")
-        if lag is not None:
-            value = lag()
-            self.set_source_lag(None if value is None else int(value))
+        progress = _optional(engine, "progress")
+        if progress is None:
+            return
+        figures = progress()
+        restoring = getattr(figures, "restoring_vnodes", None)
+        if isinstance(restoring, int):
+            self.set_restoring(restoring)
+        processed = getattr(figures, "events_processed", None)
+        if isinstance(processed, int):
+            if processed > self._events_seen:  # a counter only rises; a new engine starts at 0
+                self.events.inc(processed - self._events_seen)
+            self._events_seen = processed
+
+    async def update_lag_from(self, engine: LagSource, *, deadline: float) -> int:
+        """Measure the engine's source lag (store reads, bounded by `deadline`), expose the
+        total and return it."""
+        total = sum((await engine.source_lag(deadline=deadline)).values())
+        self.set_source_lag(total)
+        return total
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every series (what the HTTP endpoint serves)."""
