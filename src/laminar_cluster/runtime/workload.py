@@ -1,0 +1,237 @@
+"""A deterministic workload for the event log, its producer and its expected aggregates
+(issue 7: "produces a known workload ... checks the committed output against an independent
+computation of the expected aggregates").
+
+Event i of the workload `(seed, events, partitions, keys)` is drawn from the 64-bit word
+`w = words[i]`, where the words are SHAKE-256 output read as little-endian u64: chunk c (events
+c * 65,536 ..< (c + 1) * 65,536) is `shake_256(b"laminar-cluster workload v1" || u64le(seed) ||
+u64le(c))`. Then
+
+* key = (w & 0xFFFF_FFFF) % keys,
+* partition = ((w >> 32) & 0xFF_FFFF) % partitions (independent bits: a hash spread),
+* value = (w >> 56) - 64, in -64..=191.
+
+The stream depends only on the seed (not on `events`), so a longer workload extends a shorter
+one, and it is the same on every platform and Python version. Within a partition, events keep
+their order in the stream. `expected_aggregates` folds the same words in plain Python, without
+the log; `produce` appends each partition's events in order, batch by batch, resuming after
+whatever a partition already holds (a rerun after a crash completes the workload without
+duplicates; a partition holding more events than the workload gives it is Refused).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import collections
+import hashlib
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from laminar_cluster.errors import InvalidArgument, Refused
+from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.runtime.eventlog_batches import (
+    EVENT_BATCH_EVENTS_MAX,
+    EVENT_LOG_PARTITIONS_MAX,
+)
+
+CHUNK_EVENTS: Final = 65_536
+WORKLOAD_EVENTS_MAX: Final = 2**40
+WORKLOAD_KEYS_MAX: Final = 2**32
+VALUE_BIAS: Final = 64
+PRODUCE_CONCURRENCY_MAX: Final = 256
+_DOMAIN: Final = b"laminar-cluster workload v1"
+
+Aggregates = dict[int, tuple[int, int]]  # key -> (count, sum)
+Progress = Callable[[int, int], None]  # (events written so far, events in the workload)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    seed: int
+    events: int
+    partitions: int
+    keys: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**64:
+            raise InvalidArgument(f"workload seed {self.seed} is outside the u64 range")
+        if not 0 <= self.events <= WORKLOAD_EVENTS_MAX:
+            raise InvalidArgument(f"workload of {self.events} events; allowed 0..={2**40}")
+        if not 1 <= self.partitions <= EVENT_LOG_PARTITIONS_MAX:
+            raise InvalidArgument(
+                f"workload of {self.partitions} partitions; allowed 1..={EVENT_LOG_PARTITIONS_MAX}"
+            )
+        if not 1 <= self.keys <= WORKLOAD_KEYS_MAX:
+            raise InvalidArgument(f"workload of {self.keys} keys; allowed 1..={2**32}")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive events of the stream, columnar."""
+
+    partitions: list[int]
+    keys: list[int]
+    values: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceReport:
+    appended: int  # events this call appended
+    skipped: int  # events already in the log (a resumed run)
+    batches: int
+
+
+def _words(seed: int, chunk: int, count: int) -> array.array[int]:
+    digest = hashlib.shake_256(_DOMAIN + struct.pack("<QQ", seed, chunk)).digest(8 * count)
+    words = array.array("Q", digest)
+    if sys.byteorder == "big":
+        words.byteswap()
+    return words
+
+
+def chunks(workload: Workload) -> Iterator[Chunk]:
+    """The workload's events in stream order, CHUNK_EVENTS at a time."""
+    keys, partitions = workload.keys, workload.partitions
+    for chunk, start in enumerate(range(0, workload.events, CHUNK_EVENTS)):
+        words = _words(workload.seed, chunk, min(CHUNK_EVENTS, workload.events - start))
+        yield Chunk(
+            partitions=[((w >> 32) & 0xFF_FFFF) % partitions for w in words],
+            keys=[(w & 0xFFFF_FFFF) % keys for w in words],
+            values=[(w >> 56) - VALUE_BIAS for w in words],
+        )
+
+
+def expected_aggregates(workload: Workload) -> Aggregates:
+    """Count and sum per key over the whole workload, straight from the generator."""
+    counts: collections.Counter[int] = collections.Counter()
+    sums: collections.defaultdict[int, int] = collections.defaultdict(int)
+    for chunk in chunks(workload):
+        counts.update(chunk.keys)
+        for key, value in zip(chunk.keys, chunk.values, strict=True):
+            sums[key] += value
+    return {key: (counts[key], sums[key]) for key in sorted(counts)}
+
+
+def partition_counts(workload: Workload) -> list[int]:
+    """How many events the workload gives each partition."""
+    counts = [0] * workload.partitions
+    for chunk in chunks(workload):
+        for partition in chunk.partitions:
+            counts[partition] += 1
+    return counts
+
+
+async def produce(
+    log: EventLog,
+    workload: Workload,
+    *,
+    batch_events: int,
+    deadline: float,
+    progress: Progress | None = None,
+    concurrency: int = 32,
+) -> ProduceReport:
+    """Append the workload to `log`: each partition's events in order, in batches of
+    `batch_events`, up to `concurrency` partitions at once. Resumes after what each partition
+    already holds; Refused if a partition holds more than the workload gives it."""
+    if not 1 <= batch_events <= EVENT_BATCH_EVENTS_MAX:
+        raise InvalidArgument(
+            f"batch of {batch_events} events; allowed 1..={EVENT_BATCH_EVENTS_MAX}"
+        )
+    if not 1 <= concurrency <= PRODUCE_CONCURRENCY_MAX:
+        raise InvalidArgument(f"concurrency {concurrency}; allowed 1..={PRODUCE_CONCURRENCY_MAX}")
+    await log.declare_partitions(workload.partitions, deadline=deadline)
+    skip = await _ends(log, workload.partitions, concurrency, deadline)
+    if any(skip):
+        for partition, (held, given) in enumerate(
+            zip(skip, partition_counts(workload), strict=True)
+        ):
+            if held > given:
+                raise Refused(
+                    f"event log partition {partition} holds {held} events; workload seed "
+                    f"{workload.seed} gives it {given}"
+                )
+    writer = _Writer(log, workload, batch_events, concurrency, deadline, progress)
+    writer.written = sum(skip)
+    pending_keys: list[list[int]] = [[] for _ in range(workload.partitions)]
+    pending_values: list[list[int]] = [[] for _ in range(workload.partitions)]
+    buffered = 0
+    flush_at = max(batch_events * workload.partitions, CHUNK_EVENTS)
+    for chunk in chunks(workload):
+        for partition, key, value in zip(chunk.partitions, chunk.keys, chunk.values, strict=True):
+            if skip[partition]:
+                skip[partition] -= 1
+                continue
+            pending_keys[partition].append(key)
+            pending_values[partition].append(value)
+            buffered += 1
+        if buffered >= flush_at:
+            buffered = await writer.flush(pending_keys, pending_values, final=False)
+    await writer.flush(pending_keys, pending_values, final=True)
+    return ProduceReport(
+        appended=writer.appended, skipped=writer.written - writer.appended, batches=writer.batches
+    )
+
+
+async def _ends(log: EventLog, partitions: int, concurrency: int, deadline: float) -> list[int]:
+    ends = [0] * partitions
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(partition: int) -> None:
+        async with limit:
+            ends[partition] = await log.end_offset(partition, deadline=deadline)
+
+    async with asyncio.TaskGroup() as group:
+        for partition in range(partitions):
+            group.create_task(one(partition))
+    return ends
+
+
+class _Writer:
+    """Appends the buffered events of each partition, partitions concurrently (bounded)."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        workload: Workload,
+        batch_events: int,
+        concurrency: int,
+        deadline: float,
+        progress: Progress | None,
+    ) -> None:
+        self.log, self.workload, self.batch_events = log, workload, batch_events
+        self.limit = asyncio.Semaphore(concurrency)
+        self.deadline, self.progress = deadline, progress
+        self.written = self.appended = self.batches = 0
+
+    async def flush(self, keys: list[list[int]], values: list[list[int]], *, final: bool) -> int:
+        """Append every full batch (every batch, if `final`); the events left buffered."""
+        async with asyncio.TaskGroup() as group:
+            for partition in range(self.workload.partitions):
+                whole = (
+                    len(keys[partition])
+                    if final
+                    else (len(keys[partition]) // self.batch_events * self.batch_events)
+                )
+                if whole:
+                    group.create_task(
+                        self._append(partition, keys[partition][:whole], values[partition][:whole])
+                    )
+                    del keys[partition][:whole], values[partition][:whole]
+        return sum(len(partition_keys) for partition_keys in keys)
+
+    async def _append(self, partition: int, keys: list[int], values: list[int]) -> None:
+        async with self.limit:
+            for start in range(0, len(keys), self.batch_events):
+                stop = start + self.batch_events
+                await self.log.append(
+                    partition, keys[start:stop], values[start:stop], deadline=self.deadline
+                )
+                self.written += len(keys[start:stop])
+                self.appended += len(keys[start:stop])
+                self.batches += 1
+                if self.progress is not None:
+                    self.progress(self.written, self.workload.events)
