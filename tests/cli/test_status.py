@@ -24,6 +24,7 @@ from laminar_cluster.cli.status_view import (
 from laminar_cluster.clock import RealClock, SimulatedClock
 from laminar_cluster.errors import CorruptRecord, NotSupported
 from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from tests.rebalance.cluster_support import PROCESS_TTL_S
 from tests.rebalance.scenario import Scenario
@@ -90,7 +91,7 @@ def test_status_of_an_empty_store(file_url: str, capsys: pytest.CaptureFixture[s
     assert document["ok"] is True and document["problems"] == []
     assert document["leader"] is None and document["members"] == []
     assert document["assignment"] is None and document["checkpoint"] is None
-    assert document["lag"]["known"] is False and document["lag"]["total"] is None
+    assert document["lag"]["known"] is True and document["lag"]["total"] == 0
     assert _inventory(file_url) == []  # nothing created, not even the deployment identity
     assert run_status(file_url, as_json=False, watch=False, interval_s=2.0) == 0
     out = capsys.readouterr().out
@@ -123,13 +124,52 @@ def test_status_json_of_a_running_cluster(
     assert checkpoint["participants"] == [1, 2, 3]
     assert checkpoint["source_partitions"] == 3 and checkpoint["committed_events"] == 840
     assert 0 <= checkpoint["age_ms"] < 120_000
-    assert document["lag"]["known"] is False  # no event log wired in this build yet
+    assert document["lag"] == {  # no event log in this store: nothing behind
+        "known": True,
+        "total": 0,
+        "partitions": [],
+        "note": document["lag"]["note"],
+    }
 
     assert run_status(file_url, as_json=False, watch=False, interval_s=2.0) == 0
     text = capsys.readouterr().out
     assert f"node 1  token {seeded['token']}" in text
     assert "version 1  committed" in text and "epoch" in text
     assert _inventory(file_url) == before
+
+
+def test_lag_of_a_real_event_log(file_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _seed(file_url)
+
+    async def produce() -> None:
+        store, clock = open_store(file_url), SimulatedClock(seed=3)
+        log = EventLog(store, clock=clock)
+        await log.declare_partitions(6, deadline=clock.monotonic() + 30)
+        for partition, end in FakeLog.ends.items():
+            for first in range(0, end, 200):  # batches of 200 events
+                count = min(200, end - first)
+                await log.append(
+                    partition, [7] * count, [1] * count, deadline=clock.monotonic() + 30
+                )
+        await store.close()
+
+    asyncio.run(produce())
+    before = _inventory(file_url)
+    lag = _status_json(file_url, capsys)["lag"]
+    assert _inventory(file_url) == before
+    rows = [
+        (r["partition"], r["end_offset"], r["committed_offset"], r["lag"])
+        for r in lag["partitions"]
+    ]
+    assert rows == [
+        (0, 520, 500, 20),
+        (1, 300, 300, 0),
+        (2, 7, 0, 7),
+        (3, 0, 0, 0),
+        (4, 0, 0, 0),
+        (5, 41, 40, 1),
+    ]
+    assert lag["known"] is True and lag["total"] == 28
 
 
 class FakeLog:

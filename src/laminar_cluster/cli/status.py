@@ -23,12 +23,14 @@ from rich.text import Text
 from laminar_cluster.cli.output import console, print_json
 from laminar_cluster.cli.status_view import (
     MEMBERS_NOTE,
+    EndOffsets,
     EventLogOpener,
     StatusReader,
     StatusView,
 )
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import ObjectStore, open_store
 
 STATUS_TIMEOUT_S: Final = 30.0
@@ -36,16 +38,20 @@ WATCH_INTERVAL_S_MIN: Final = 0.1
 LAG_PARTITION_ROWS_MAX: Final = 16  # the table shows the most lagging ones; JSON shows all
 
 
-def event_log_opener() -> EventLogOpener | None:
-    """The event log behind the lag column, None when this build has none."""
-    return None
+def event_log_opener(clock: Clock) -> EventLogOpener:
+    """The event log behind the lag column (runtime.eventlog), on the status clock."""
+
+    def open_log(store: ObjectStore) -> EndOffsets:
+        return EventLog(store, clock=clock)
+
+    return open_log
 
 
 async def status_once(
     store: ObjectStore, clock: Clock, *, timeout_s: float = STATUS_TIMEOUT_S
 ) -> StatusView:
     """One status view of `store` (tests call it on a store they built)."""
-    view = await StatusReader(store, clock, event_log_opener()).read(timeout_s=timeout_s)
+    view = await StatusReader(store, clock, event_log_opener(clock)).read(timeout_s=timeout_s)
     view.notes.append(MEMBERS_NOTE)
     return view
 
@@ -76,7 +82,7 @@ def run_status(url: str, *, as_json: bool, watch: bool, interval_s: float) -> in
 
 async def _watch(store: ObjectStore, clock: Clock, *, as_json: bool, interval_s: float) -> int:
     """Read and show a view every `interval_s` until cancelled (Ctrl-C)."""
-    reader = StatusReader(store, clock, event_log_opener())
+    reader = StatusReader(store, clock, event_log_opener(clock))
     timeout_s = min(STATUS_TIMEOUT_S, interval_s * 10)
     footer = f"every {interval_s:g} s; Ctrl-C to stop"
     if as_json:  # one document per interval; no live display on a program's stdout
@@ -124,7 +130,7 @@ def _summary(view: StatusView) -> Table:
         "leader",
         "none"
         if leader is None
-        else f"node {leader['node']}  token {leader['token']}  (term record age "
+        else f"node {leader['node']}  token {leader['token']}  (head record age "
         f"{leader['record_age_ms'] / 1000:.1f} s)",
     )
     table.add_row("assignment", _assignment_text(view.assignment))

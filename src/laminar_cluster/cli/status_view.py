@@ -49,11 +49,16 @@ from laminar_cluster.lease.outcome_audit import read_linked_outcome
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.membership.discovery import Discovery
+from laminar_cluster.runtime.eventlog_batches import (
+    EVENT_LOG_PARTITIONS_MAX,
+    EVENTS_PREFIX,
+    partition_prefix,
+)
 from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
 
-LAG_UNKNOWN_NOTE: Final = "source lag unknown: no event log in this build"
+LAG_UNKNOWN_NOTE: Final = "source lag unknown: this reader has no event log"
 T = TypeVar("T")
-PARTITIONS_PREFIX: Final = "events/partition="  # runtime/eventlog_batches.py partition_prefix
+PARTITIONS_PREFIX: Final = f"{EVENTS_PREFIX}partition="  # the start of every `partition_prefix`
 PAST_PARTITION_KEYS: Final = "~"  # sorts after every `offset=...` name inside a partition
 LAG_PARTITIONS_LISTED_MAX: Final = 4_096
 MEMBERS_NOTE: Final = (
@@ -274,7 +279,9 @@ class StatusReader:
         )
         if read is None:
             raise CorruptRecord(f"{IDENTITY_PATH}: absent, yet {where} exists", key=IDENTITY_PATH)
-        identity = decode(read[0], DeploymentIdentity, key=IDENTITY_PATH, max_bytes=1024)
+        identity = decode(
+            read[0], DeploymentIdentity, key=IDENTITY_PATH, max_bytes=MAX_IDENTITY_BYTES
+        )
         decisions = DecisionStore(self.store, clock=self.clock, mode=identity.allocator_mode)
         capsule = await decisions.load_recovery_capsule(ref)
         if capsule.attempt != outcome.attempt or capsule.assignment_fence != (
@@ -335,11 +342,11 @@ async def listed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
         key = metas[0].key
         digits = key[len(PARTITIONS_PREFIX) :].split("/", 1)[0]
         partition = int(digits) if digits.isdigit() else -1
-        prefix = f"{PARTITIONS_PREFIX}{partition:05d}/"
-        if partition < 0 or not key.startswith(prefix):
+        canonical = 0 <= partition < EVENT_LOG_PARTITIONS_MAX  # then the prefix re-formats
+        if not canonical or not key.startswith(partition_prefix(partition)):
             raise CorruptRecord(f"{key}: not under an event log partition", key=key)
         found.append(partition)
-        after = prefix + PAST_PARTITION_KEYS
+        after = partition_prefix(partition) + PAST_PARTITION_KEYS
     return found
 
 
