@@ -1,0 +1,1 @@
+"""The deterministic rebalance simulation harness (several nodes in one process)."""

@@ -1,0 +1,103 @@
+"""The deterministic rebalance simulation (`tests.sim`): seeded runs of 3-6 real nodes with
+joins, leaves, crashes at any await, restarts, cut-offs and store faults, checked after every
+step (checkers 1-5, `tests.sim.checkers`).
+
+* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 2,000) seeds, one test each. The runs are
+  computed ahead on every core (`tests.sim.parallel`); each test asserts its own seed's result.
+* `test_same_seed_same_trace`: one seed twice in this process, and once in a fresh process with
+  another hash seed, gives the same event trace and the same digest of every store write.
+* `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
+  `LAMINAR_SIM_START` (default 0). The same runs are `python -m tests.sim.run --seeds A..B`.
+
+A failure message starts with `seed=<n>` and the command that replays that seed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sim.parallel import SeedOutcome, outcomes, summarize
+from tests.sim.simulation import run_seed
+
+FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "2000"))
+REPLAY_SEED = 11
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Ahead:
+    """Results of every fast seed, computed in seed order on a worker pool, fetched lazily."""
+
+    def __init__(self, seeds: range) -> None:
+        self._iterator: Iterator[SeedOutcome] = outcomes(seeds)
+        self._done: dict[int, SeedOutcome] = {}
+
+    def get(self, seed: int) -> SeedOutcome:
+        while seed not in self._done:
+            result = next(self._iterator)
+            self._done[result.seed] = result
+        return self._done.pop(seed)
+
+    def close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()
+
+
+@pytest.fixture(scope="module")
+def ahead() -> Iterator[_Ahead]:
+    results = _Ahead(range(FAST_SEEDS))
+    try:
+        yield results
+    finally:
+        results.close()
+
+
+@pytest.mark.parametrize("seed", range(FAST_SEEDS))
+def test_seed(seed: int, ahead: _Ahead) -> None:
+    result = ahead.get(seed)
+    if result.violations:
+        raise AssertionError(result.message)  # starts with "seed=<n>" and the replay command
+
+
+def test_same_seed_same_trace() -> None:
+    first = run_seed(REPLAY_SEED)
+    second = run_seed(REPLAY_SEED)
+    assert first.trace == second.trace
+    assert first.digest == second.digest
+    assert first.figures == second.figures
+    replay = subprocess.run(
+        [sys.executable, "-m", "tests.sim.run", "--seed", str(REPLAY_SEED)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = replay.stdout.splitlines()
+    assert f"digest {first.digest}" in lines, replay.stdout[-2000:] + replay.stderr[-2000:]
+    assert lines[: len(first.trace)] == first.trace
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+def test_soak() -> None:
+    start = int(os.environ.get("LAMINAR_SIM_START", "0"))
+    count = int(os.environ.get("LAMINAR_SIM_SEEDS", "100000"))
+    failures: list[str] = []
+    results: list[SeedOutcome] = []
+    for result in outcomes(range(start, start + count)):
+        results.append(result)
+        if result.violations:
+            failures.append(result.message)
+    total = summarize(results)
+    print(" ".join(f"{k}={v}" for k, v in sorted(total.items())))
+    assert not failures, f"{len(failures)} of {count} seeds failed; first:\n" + "\n\n".join(
+        failures[:5]
+    )
