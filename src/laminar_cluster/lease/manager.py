@@ -154,9 +154,13 @@ class _TermState:
     observation: LeaderLeaseObservation | None = None
     held_token: int | None = None  # None at start: a fresh manager begins a new term (S9)
     next_poll: float = 0.0  # while observing: when to re-read the rival's liveness
+    # While observing past the takeover instant: a failed takeover is retried at the next tick,
+    # never at once (a store that fails fast would otherwise be hammered in a tight loop).
+    takeover_retry_at: float = 0.0
 
     def clear(self) -> None:
         self.valid_until, self.observation, self.held_token = None, None, None
+        self.takeover_retry_at = 0.0
 
 
 async def _settled(operation: Callable[[], Awaitable[LeaseOutcome]]) -> LeaseOutcome | LaminarError:
@@ -278,7 +282,10 @@ class LeaderLeaseManager:
         """The next tick; while observing, the next poll or the takeover instant instead."""
         observation = state.observation
         if observation is not None:
-            return min(state.next_poll, observation.started_s + self._config.ttl_s)
+            takeover_at = observation.started_s + self._config.ttl_s
+            if self._clock.monotonic() >= takeover_at:  # no more polls: the next attempt
+                return max(takeover_at, state.takeover_retry_at)
+            return min(state.next_poll, takeover_at)
         if state.valid_until is not None:
             return min(ticker.next_at, state.valid_until)
         return ticker.next_at
@@ -298,7 +305,10 @@ class LeaderLeaseManager:
         observation = state.observation
         assert observation is not None
         if now >= observation.started_s + self._config.ttl_s:
+            if now < state.takeover_retry_at:
+                return True  # the last takeover attempt failed: wait for the next tick
             ticker.consume(now)
+            state.takeover_retry_at = ticker.next_at
             return await self._attempt(candidacy, seen, shutdown, state)
         if now < state.next_poll:
             return True
