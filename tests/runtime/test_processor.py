@@ -1,0 +1,192 @@
+"""`KeyedAggregation` (runtime/processor.py) and the engine's `VnodeTable`: aggregation per vnode,
+snapshot and restore, output deltas since the last committed cut across commit and abort
+(common7 "Output semantics"), and the ownership bookkeeping (restores, pauses, round-robin).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
+from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.runtime.output import decode_aggregate_records
+from laminar_cluster.runtime.processor import (
+    AggregateSlice,
+    KeyedAggregation,
+    Processor,
+    decode_slice,
+)
+from laminar_cluster.runtime.restoring import HandoffRestore, RecoveryRestore
+from laminar_cluster.runtime.vnode_table import VnodeTable
+
+REF = RecoveryCapsuleRef(epoch=3, checkpoint_id=3, sha256="3a" * 32, len=10)
+
+
+def test_keyed_aggregation_is_a_processor() -> None:
+    def typed(processor: Processor) -> Processor:
+        return processor
+
+    assert typed(KeyedAggregation()) is not None
+
+
+def test_aggregation_counts_and_sums_per_vnode() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (1, 2, 1), (10, 20, 5))
+    agg.process(1, (1,), (7,))
+    agg.process(0, (2,), (-3,))
+    assert agg.totals(0) == {1: (2, 15), 2: (2, 17)}
+    assert agg.totals(1) == {1: (1, 7)}
+    assert agg.vnodes() == (0, 1)
+    assert agg.events == 5
+
+
+def test_snapshot_restores_the_same_state_as_a_committed_baseline() -> None:
+    agg = KeyedAggregation()
+    agg.process(3, (9, 4, 9), (1, 2, 3))
+    data = agg.snapshot(3)
+    assert agg.snapshot(3) == data  # deterministic: keys ascending
+    other = KeyedAggregation()
+    other.restore(3, data)
+    assert other.totals(3) == {4: (1, 2), 9: (2, 4)}
+    assert other.emit_output(3) == []  # restored state is history
+    other.process(3, (9,), (10,))
+    assert other.emit_output(3) == [(9, 1, 10)]
+    empty = KeyedAggregation()
+    empty.restore(5, None)
+    assert empty.totals(5) == {} and decode_slice(empty.snapshot(5), what="x") == {}
+
+
+def test_output_is_the_deltas_since_the_last_commit() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (1, 2), (10, 20))
+    assert agg.emit_output(0) == [(1, 1, 10), (2, 1, 20)]
+    agg.commit_output(0)
+    assert agg.emit_output(0) == []
+    agg.commit_output(0)
+    agg.process(0, (2, 3), (5, 6))
+    assert agg.emit_output(0) == [(2, 1, 5), (3, 1, 6)]
+
+
+def test_abort_keeps_the_output_pending_and_merges_what_follows() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (1, 2), (10, 20))
+    first = agg.emit_output(0)
+    agg.abort_output(0)
+    agg.process(0, (1,), (1,))
+    assert first == [(1, 1, 10), (2, 1, 20)]
+    assert agg.emit_output(0) == [(1, 2, 11), (2, 1, 20)]
+    agg.commit_output(0)
+    assert agg.emit_output(0) == []
+
+
+def test_commit_folds_exactly_the_emitted_records() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (1,), (10,))
+    agg.emit_output(0)
+    agg.process(0, (1, 5), (2, 3))  # after the emit: stays pending
+    agg.commit_output(0)
+    assert agg.emit_output(0) == [(1, 1, 2), (5, 1, 3)]
+
+
+def test_drop_forgets_state_and_output() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (1,), (10,))
+    agg.emit_output(0)
+    agg.drop(0)
+    agg.commit_output(0)  # a no-op for a dropped vnode
+    assert agg.totals(0) == {} and agg.emit_output(0) == [] and agg.vnodes() == ()
+
+
+def test_encode_output_merges_a_key_across_vnodes() -> None:
+    agg = KeyedAggregation()
+    agg.process(0, (7, 1), (1, 2))
+    agg.process(1, (7,), (5,))
+    records = agg.emit_output(0) + agg.emit_output(1)
+    decoded = decode_aggregate_records(agg.encode_output(records))
+    assert decoded == [(1, 1, 2), (7, 2, 6)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not msgpack \xc1",
+        msgspec.msgpack.encode(AggregateSlice(version=1, keys=[2, 1], counts=[1, 1], sums=[0, 0])),
+        msgspec.msgpack.encode(AggregateSlice(version=1, keys=[1], counts=[1, 2], sums=[0])),
+        msgspec.msgpack.encode(AggregateSlice(version=1, keys=[1], counts=[0], sums=[0])),
+        msgspec.msgpack.encode([2, [1], [1], [1]]),
+    ],
+)
+def test_a_corrupt_snapshot_is_refused(data: bytes) -> None:
+    with pytest.raises(CorruptRecord, match="vnode 4 state"):
+        KeyedAggregation().restore(4, data)
+
+
+def test_aggregation_handles_a_large_batch() -> None:
+    agg = KeyedAggregation()
+    keys = tuple(i % 97 for i in range(100_000))
+    agg.process(2, keys, tuple(range(100_000)))
+    totals = agg.totals(2)
+    assert sum(count for count, _ in totals.values()) == 100_000
+    assert sum(total for _, total in totals.values()) == sum(range(100_000))
+
+
+# -- VnodeTable --------------------------------------------------------------------------------
+
+
+def test_table_restores_acquired_vnodes_and_activates_them_at_their_offsets() -> None:
+    table = VnodeTable(8)
+    assert table.adopt(4, (0, 1), (0, 1), HandoffRestore()) == ()
+    assert set(table.restoring) == {0, 1} and table.consumable() == []
+    assert table.finish_restore(0, table.restoring[0], {4: 17})
+    assert table.offsets == {0: 0, 4: 17}
+    assert table.consumable() == [0, 4]
+    assert table.cut_offsets() == {0: {0: 0, 4: 17}}
+
+
+def test_table_discards_a_restore_the_ownership_moved_past() -> None:
+    table = VnodeTable(8)
+    table.adopt(4, (0,), (0,), HandoffRestore())
+    stale = table.restoring[0]
+    table.restart_all(4, (0,), RecoveryRestore(REF))
+    assert not table.finish_restore(0, stale, {})
+    assert table.restoring[0].source == RecoveryRestore(REF)
+
+
+def test_table_refuses_an_offset_of_another_vnodes_partition() -> None:
+    table = VnodeTable(8)
+    table.adopt(4, (1,), (1,), HandoffRestore())
+    with pytest.raises(CorruptRecord, match="partition 4"):
+        table.finish_restore(1, table.restoring[1], {4: 1})
+    assert 1 in table.restoring
+
+
+def test_table_drops_vnodes_no_longer_owned_and_pauses_revoking_ones() -> None:
+    table = VnodeTable(8)
+    table.adopt(4, (0, 1), (0, 1), HandoffRestore())
+    for vnode in (0, 1):
+        table.finish_restore(vnode, table.restoring[vnode], {})
+    table.pause((1, 3))
+    assert table.paused == {1} and table.consumable() == [0, 4]
+    assert table.paused_partitions() == (1, 5)
+    assert table.adopt(4, (0,), (), HandoffRestore()) == (1,)
+    assert table.offsets == {0: 0, 4: 0} and table.paused == frozenset()
+
+
+def test_table_hands_out_partitions_round_robin() -> None:
+    table = VnodeTable(6)
+    table.adopt(2, (0, 1), (0, 1), HandoffRestore())
+    for vnode in (0, 1):
+        table.finish_restore(vnode, table.restoring[vnode], {})
+    seen = [p for _ in range(3) for p, _ in table.next_reads(4)]
+    assert seen[:6] == [0, 1, 2, 3, 4, 5]
+    assert sorted(seen) == sorted([0, 1, 2, 3, 4, 5] * 2)
+
+
+def test_table_learns_the_partition_count_late() -> None:
+    table = VnodeTable()
+    table.adopt(4, (1,), (1,), HandoffRestore())
+    table.finish_restore(1, table.restoring[1], {9: 3})
+    assert table.offsets == {9: 3}
+    table.set_partitions(12)
+    assert table.offsets == {1: 0, 5: 0, 9: 3}
