@@ -1,0 +1,338 @@
+"""`ClusterCheckpointer`: the leader side of the distributed checkpoint
+(docs/protocols/distributed-checkpoint.md, leader steps L1-L8; upstream_context §1.7).
+
+It implements `rebalance.handoff_checkpoint.Checkpointer`, so it is what
+`ControlEngine.checkpoint_until` runs, periodically and for the pre-rotation checkpoint:
+
+1. checks: a leader proof, inside the fence; the drain transition starts at the fence; the
+   owner map of the fence is known (as `LeaderCheckpointer`);
+2. DC-7: settles the previous attempt of this instance that has no durable outcome (Abort), so
+   that a newer prepare of the same term proves every older attempt closed;
+3. DC-1: a fresh checkpoint ID above every outcome in the authority (decision-store allocation:
+   never returned twice, so an aborted ID is never reused);
+4. creates `prepare.json` (create-only);
+5. DC-3, DC-5: waits until every fence participant's manifest is verified (`collect`), or the
+   collection deadline (the caller's deadline less a reserve for recording the Abort);
+6. all sealed: the `ClusterRecoveryCapsule` (each participant's manifest SHA-256 and vnodes, the
+   union of the partials' source offsets, portable, chained to the previous committed capsule),
+   then the cluster Commit outcome (DC-2: no Commit without every manifest verified);
+7. a participant missing at the deadline, or a manifest that cannot verify: the cluster Abort
+   outcome (no capsule), success=False naming the nodes.
+
+Calls are serialized. Expected failures come back as success=False, never raised; cancellation
+propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from laminar_cluster.assignment.digest import fence_matches_owner_map
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    CapsuleParticipant,
+    CheckpointAssignmentFence,
+    CheckpointAttempt,
+    CheckpointOutcome,
+    CheckpointVerdict,
+    ClusterRecoveryCapsule,
+    Conflict,
+    LeaderProof,
+    PipelineIdentity,
+    RecoveryCapsuleRef,
+)
+from laminar_cluster.clock import within_deadline
+from laminar_cluster.coordinator.collect import Collection, Sealed, collect_acks, union_offsets
+from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
+from laminar_cluster.coordinator.paths import prepare_path
+from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.cluster_outcomes import (
+    highest_cluster_committed_outcome,
+    highest_cluster_terminal_outcome,
+    record_cluster_outcome,
+)
+from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.rebalance.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
+from laminar_cluster.rebalance.interfaces import CheckpointResult
+from laminar_cluster.store import CREATE, ObjectStore, put_resolved
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unsettled:
+    """An attempt of this instance whose outcome may still be missing (DC-7)."""
+
+    attempt: CheckpointAttempt
+    fence: CheckpointAssignmentFence
+    proof: LeaderProof
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStats:
+    """What the last call did (metrics, benchmarks)."""
+
+    checkpoint_id: int
+    verdict: CheckpointVerdict | None  # None: no outcome recorded by this call
+    duration_s: float
+    polls: int
+    missing: tuple[int, ...]
+
+
+class ClusterCheckpointer:
+    """Drives one distributed checkpoint per call, as the leader (module docstring)."""
+
+    def __init__(
+        self,
+        decisions: DecisionStore,
+        authority: LeaderLeaseStore,
+        proof: Callable[[], LeaderProof | None],
+        owners_of: OwnersOf,
+        *,
+        poll_s: float = 0.05,
+        store: ObjectStore | None = None,
+        pipeline_identity: PipelineIdentity = EMPTY_PIPELINE,
+        abort_reserve_s: float = 1.0,
+    ) -> None:
+        if poll_s <= 0 or abort_reserve_s <= 0:
+            raise ValueError("poll_s and abort_reserve_s must be > 0")
+        self.decisions = decisions
+        self.authority = authority
+        self.proof = proof
+        self.owners_of = owners_of
+        self.poll_s = poll_s
+        self.store = store if store is not None else decisions.store
+        self.pipeline_identity = pipeline_identity
+        self.abort_reserve_s = abort_reserve_s
+        self.clock = authority.clock
+        self.last: CheckpointStats | None = None
+        self._lock = asyncio.Lock()
+        self._unsettled: _Unsettled | None = None
+        self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
+
+    async def __call__(
+        self,
+        fence: CheckpointAssignmentFence,
+        transition: AssignmentDrainTransition | None,
+        *,
+        deadline: float,
+    ) -> CheckpointResult:
+        try:
+            async with within_deadline(self.clock, deadline, "cluster checkpoint"), self._lock:
+                return await self._checkpoint(fence, transition, deadline=deadline)
+        except LaminarError as error:
+            return _failed(f"cluster checkpoint failed: {error}")
+
+    async def _checkpoint(
+        self,
+        fence: CheckpointAssignmentFence,
+        transition: AssignmentDrainTransition | None,
+        *,
+        deadline: float,
+    ) -> CheckpointResult:
+        proof = self.proof()
+        refusal = _refusal(fence, transition, proof)
+        if refusal is not None or proof is None:
+            return _failed(f"cluster checkpoint failed: {refusal}")
+        owners = self.owners_of(fence)
+        if owners is None or not fence_matches_owner_map(fence, owners):
+            return _failed(
+                "cluster checkpoint failed: no owner map matching fence "
+                f"v{fence.assignment_version} is known locally"
+            )
+        await self._settle_previous(proof, deadline=deadline)  # DC-7
+        started_s = self.clock.monotonic()
+        attempt = CheckpointAttempt.canonical(await self._allocate(deadline=deadline))  # DC-1
+        prepare = CheckpointPrepare(
+            version=RECORD_VERSION,
+            attempt=attempt,
+            fence=fence,
+            leader_proof=proof,
+            drain_transition=transition,
+        )
+        self._unsettled = _Unsettled(attempt, fence, proof)  # a failed create may still land
+        await self._create_prepare(prepare)
+        collection = await collect_acks(
+            self.store,
+            self.clock,
+            attempt,
+            fence,
+            owners,
+            poll_s=self.poll_s,
+            until=self._collection_deadline(deadline),
+        )
+        self._recorded = None
+        result = await self._decide(prepare, collection, deadline=deadline)
+        self.last = CheckpointStats(
+            checkpoint_id=attempt.checkpoint_id,
+            verdict=self._recorded,
+            duration_s=self.clock.monotonic() - started_s,
+            polls=collection.polls,
+            missing=tuple(collection.missing(fence)),
+        )
+        return result
+
+    async def _decide(
+        self, prepare: CheckpointPrepare, collection: Collection, *, deadline: float
+    ) -> CheckpointResult:
+        """Steps 6-7: Commit with every participant sealed, else Abort."""
+        attempt, fence = prepare.attempt, prepare.fence
+        name = f"cluster checkpoint {attempt.checkpoint_id}"
+        if collection.rejected is not None:
+            node_id, why = collection.rejected
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+            return _failed(f"{name} aborted: participant {node_id} acked wrongly: {why}")
+        missing = collection.missing(fence)
+        if missing:
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+            return _failed(
+                f"{name} aborted: no valid manifest by the deadline from nodes "
+                f"{', '.join(map(str, missing))}"
+            )
+        try:
+            ref = await self._create_capsule(prepare, collection.sealed)
+        except CorruptRecord as error:  # two partials cut one partition at different offsets
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+            return _failed(f"{name} aborted: {error}")
+        try:
+            outcome = await self._record(prepare, CheckpointVerdict.COMMIT, ref, deadline=deadline)
+        except Refused as error:
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+            return _failed(f"{name} aborted: the authority refused its Commit: {error}")
+        if not outcome.is_commit():
+            return _failed(f"{name} was already decided as {outcome.verdict.value}")
+        return CheckpointResult(
+            success=True, epoch=attempt.epoch, checkpoint_id=attempt.checkpoint_id
+        )
+
+    async def _settle_previous(self, proof: LeaderProof, *, deadline: float) -> None:
+        """DC-7: the previous attempt of this instance gets its Abort before any newer prepare;
+        a newer term (another token) already fences it (the authority appends under one term)."""
+        previous = self._unsettled
+        if previous is None:
+            return
+        if previous.proof.fencing_token != proof.fencing_token:
+            self._unsettled = None
+            return
+        prepare = CheckpointPrepare(
+            version=RECORD_VERSION,
+            attempt=previous.attempt,
+            fence=previous.fence,
+            leader_proof=previous.proof,
+            drain_transition=None,
+        )
+        try:
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+        except Refused as error:  # a newer outcome is durable: the attempt can never be decided
+            logger.info(
+                "attempt %d is closed by a newer outcome: %s", previous.attempt.epoch, error
+            )
+            self._unsettled = None
+
+    async def _record(
+        self,
+        prepare: CheckpointPrepare,
+        verdict: CheckpointVerdict,
+        ref: RecoveryCapsuleRef | None,
+        *,
+        deadline: float,
+    ) -> CheckpointOutcome:
+        """The durable outcome of the attempt after recording `verdict` (ours or the winner)."""
+        attempt = prepare.attempt
+        recorded = await record_cluster_outcome(
+            self.authority,
+            prepare.leader_proof,
+            epoch=attempt.epoch,
+            checkpoint_id=attempt.checkpoint_id,
+            assignment_fence=prepare.fence,
+            verdict=verdict,
+            recovery_capsule=ref,
+            deadline=deadline,
+        )
+        self._unsettled = None
+        outcome = recorded.winner if isinstance(recorded, Conflict) else recorded.outcome
+        self._recorded = outcome.verdict
+        return outcome
+
+    async def _allocate(self, *, deadline: float) -> int:
+        """A never-used ID above every outcome in the authority (cluster outcomes advance)."""
+        latest = await highest_cluster_terminal_outcome(self.authority)
+        minimum = 1 if latest is None else latest.checkpoint_id + 1
+        return await self.decisions.allocate_checkpoint_id_at_least(minimum, deadline=deadline)
+
+    async def _create_prepare(self, prepare: CheckpointPrepare) -> None:
+        key = prepare_path(prepare.attempt.checkpoint_id)
+        body = encode_record(prepare, key=key)
+        resolution = await put_resolved(self.store, key, body, CREATE)
+        if not resolution.ours:
+            raise CorruptRecord(
+                f"{key}: another prepare holds freshly allocated checkpoint "
+                f"{prepare.attempt.checkpoint_id} ({resolution.state.value})",
+                key=key,
+            )
+
+    async def _create_capsule(
+        self, prepare: CheckpointPrepare, sealed: dict[int, Sealed]
+    ) -> RecoveryCapsuleRef:
+        previous = await highest_cluster_committed_outcome(self.authority)
+        ordered = [sealed[p.node_id] for p in prepare.fence.participants]
+        capsule = ClusterRecoveryCapsule(
+            version=5,
+            attempt=prepare.attempt,
+            deployment_id=await self.decisions.load_or_create_deployment_id(),
+            pipeline_identity=self.pipeline_identity,
+            assignment_fence=prepare.fence,
+            participants=tuple(
+                CapsuleParticipant(
+                    node_id=s.participant.node_id,
+                    boot_incarnation=s.participant.boot_incarnation,
+                    manifest_sha256=s.manifest_sha256,
+                    vnodes=s.vnodes,
+                )
+                for s in ordered
+            ),
+            source_offsets=union_offsets(
+                [s.offsets for s in ordered], what=f"checkpoint {prepare.attempt.epoch}"
+            ),
+            portable=True,
+            predecessor=None if previous is None else previous.recovery_capsule,
+        )
+        return await self.decisions.create_recovery_capsule(capsule)
+
+    def _collection_deadline(self, deadline: float) -> float:
+        """The caller's deadline less the reserve for recording the Abort (at most half of
+        what is left)."""
+        left_s = deadline - self.clock.monotonic()
+        return deadline - min(self.abort_reserve_s, left_s / 2)
+
+
+def _refusal(
+    fence: CheckpointAssignmentFence,
+    transition: AssignmentDrainTransition | None,
+    proof: LeaderProof | None,
+) -> str | None:
+    if proof is None:
+        return "no live leader proof: this process is not the leader"
+    if transition is not None and transition.predecessor != fence:
+        return (
+            f"drain transition {transition.predecessor.assignment_version}->"
+            f"{transition.target.assignment_version} does not start at the installed fence "
+            f"v{fence.assignment_version}"
+        )
+    leader = proof.owner
+    if fence.participant_incarnation(leader.node_id) != leader.boot_id:
+        # The authority admits a cluster outcome only from a leader inside its fence.
+        return (
+            f"leader node {leader.node_id} is not a participant of fence "
+            f"v{fence.assignment_version}"
+        )
+    return None
+
+
+def _failed(message: str) -> CheckpointResult:
+    return CheckpointResult(success=False, error=message)
