@@ -135,6 +135,64 @@ def status(
     )
 
 
+SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Workload seed.")]
+KeysOption = Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.")]
+
+
+@app.command("produce")
+def produce(
+    store: StoreOption,
+    events: Annotated[int, typer.Option("--events", min=0, help="Events in the workload.")],
+    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Log partitions.")],
+    keys: KeysOption,
+    seed: SeedOption,
+    batch_events: Annotated[int, typer.Option("--batch-events", help="Events per batch.")] = 5000,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Partitions at once.")] = 32,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds for it all.")] = 3600.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Append the deterministic workload to the event log (resumes after what is there)."""
+    from laminar_cluster.cli.produce import run_produce
+    from laminar_cluster.runtime.workload import Workload
+
+    raise typer.Exit(
+        _guard(
+            lambda: run_produce(
+                store,
+                workload=Workload(seed=seed, events=events, partitions=partitions, keys=keys),
+                batch_events=batch_events,
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+                as_json=as_json,
+            )
+        )
+    )
+
+
+@app.command("output")
+def output(
+    store: StoreOption,
+    events: Annotated[
+        int | None, typer.Option("--events", min=0, help="Check against this workload.")
+    ] = None,
+    partitions: Annotated[int, typer.Option("--partitions", min=1)] = 64,
+    keys: KeysOption = 10_000,
+    seed: SeedOption = 0,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds for the read.")] = 300.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Committed totals of the reference aggregation (events, keys, attempts); with --events
+    (and --seed/--keys/--partitions), exit 1 unless every event is counted exactly once."""
+    from laminar_cluster.cli.produce import run_output
+    from laminar_cluster.runtime.workload import Workload
+
+    def run() -> int:
+        expect = None if events is None else Workload(seed, events, partitions, keys)
+        return run_output(store, expect=expect, timeout_s=timeout_s, as_json=as_json)
+
+    raise typer.Exit(_guard(run))
+
+
 @bench_app.command("checkpoint-ids")
 def bench_checkpoint_ids(
     store: StoreOption,

@@ -1,19 +1,43 @@
-"""The reference aggregation's sink records (upstream_context §1.9, §3.3).
+"""The committed-output reader and the reference aggregation's sink records (upstream_context
+§1.9, §3.6; docs/protocols/distributed-checkpoint.md).
 
-A participant's output for one attempt (`Cut.output`, stored base64 in `SinkOutput.records_b64`)
-is the msgspec msgpack encoding of a list of `[key, count_delta, sum_delta]` triples: what the
-keyed aggregation added per key since the participant's last committed checkpoint.
+A participant's output for one attempt (`Cut.output`, stored base64 in `SinkOutput.records_b64`
+at `checkpoints/attempt={id:020}/output/node={n:020}.json`) is opaque to the coordinator. The
+reference aggregation's output is the msgspec msgpack encoding of a list of
+`[key, count_delta, sum_delta]` triples: what the keyed aggregation added per key since the
+participant's last committed checkpoint (`encode_aggregate_records`). `read_committed_output`
+lists the outputs of every committed attempt and shows those the visibility rules allow;
+`aggregate_committed` folds aggregate records into count and sum per key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+import base64
+import binascii
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
 
 import msgspec
 
-from laminar_cluster.codec import I64, U64
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import CheckpointOutcome
+from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.codec import I64, U64, sha256_hex
+from laminar_cluster.coordinator.objects import gather_bounded, read_manifest, read_record
+from laminar_cluster.coordinator.paths import attempt_prefix, output_path, parse_output_path
+from laminar_cluster.coordinator.records import SinkOutput
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.lease.limits import DEFAULT_TTL_S
+from laminar_cluster.store import ObjectStore
+
+T = TypeVar("T")
+
+DecodeRecords = Callable[[bytes], Sequence[T]]
+OUTPUTS_PER_ATTEMPT_MAX: Final = 1_000  # one output per participant; a fence has far fewer
 
 AggregateRecord = tuple[int, int, int]  # (key, count_delta, sum_delta)
 
@@ -45,3 +69,153 @@ def decode_aggregate_records(
         raise CorruptRecord(f"{what}: not a list of [key, count, sum] triples: {error}") from None
     except msgspec.DecodeError as error:
         raise CorruptRecord(f"{what}: not valid msgpack: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenOutput:
+    """A staged output of a committed attempt that the visibility rules keep hidden."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOutput(Generic[T]):
+    """What the committed history shows: records in attempt order, then node order."""
+
+    records: list[T]
+    attempts: tuple[int, ...]  # the committed attempts read (checkpoint IDs, ascending)
+    outputs: int  # visible outputs
+    hidden: tuple[HiddenOutput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt(Generic[T]):
+    checkpoint_id: int
+    visible: list[tuple[int, Sequence[T]]]  # (node id, records)
+    hidden: list[HiddenOutput]
+
+
+def open_output_authority(store: ObjectStore, clock: Clock) -> LeaderLeaseStore:
+    """A leader authority over `store` for `read_committed_output` (which only reads)."""
+    decisions = DecisionStore.shared(store, clock=clock)
+    return LeaderLeaseStore(store, clock=clock, ttl_s=DEFAULT_TTL_S, decisions=decisions)
+
+
+async def read_committed_output(
+    authority: LeaderLeaseStore, decode_records: DecodeRecords[T], *, deadline: float
+) -> CommittedOutput[T]:
+    """Every committed output (§1.9: visible only once its attempt's cluster outcome is Commit).
+
+    An output `checkpoints/attempt={id}/output/node={n}.json` is shown only if the live cluster
+    outcome of attempt `id` is Commit, its participant is in that outcome's fence and in the
+    recovery capsule, the participant's manifest is the one the capsule names (by SHA-256), and
+    that manifest names the output's SHA-256 (DC-11). Other outputs of committed attempts, and
+    outputs a capsule commits but the store lacks, are reported in `hidden`; attempts without a
+    live Commit (aborted, unresolved, or below the outcome floor) are not read. Malformed
+    objects are CorruptRecord.
+    """
+    async with within_deadline(authority.clock, deadline, "read committed output"):
+        outcomes = await cluster_outcomes(authority)
+        commits = [o for o in outcomes if o.is_commit() and o.attempt.is_canonical()]
+        attempts = await gather_bounded(
+            functools.partial(_read_attempt, authority, outcome, decode_records)
+            for outcome in commits
+        )
+    records: list[T] = []
+    hidden: list[HiddenOutput] = []
+    outputs = 0
+    for attempt in attempts:
+        for _, attempt_records in attempt.visible:
+            records.extend(attempt_records)
+        outputs += len(attempt.visible)
+        hidden.extend(attempt.hidden)
+    return CommittedOutput(
+        records=records,
+        attempts=tuple(attempt.checkpoint_id for attempt in attempts),
+        outputs=outputs,
+        hidden=tuple(hidden),
+    )
+
+
+async def _read_attempt(
+    authority: LeaderLeaseStore, outcome: CheckpointOutcome, decode_records: DecodeRecords[T]
+) -> _Attempt[T]:
+    checkpoint_id = outcome.checkpoint_id
+    ref, fence = outcome.recovery_capsule, outcome.assignment_fence
+    if ref is None or fence is None:  # never passes outcome validation; checked on principle
+        raise CorruptRecord(f"cluster Commit {checkpoint_id} has no capsule or fence")
+    capsule = await authority.require_decisions().load_recovery_capsule(ref)
+    if capsule.attempt != outcome.attempt or capsule.assignment_fence != fence:
+        raise CorruptRecord(f"cluster Commit {checkpoint_id} does not match its recovery capsule")
+    manifests = {(p.node_id, p.boot_incarnation): p.manifest_sha256 for p in capsule.participants}
+    prefix = f"{attempt_prefix(checkpoint_id)}output/"
+    metas = await authority.store.list(prefix, limit=OUTPUTS_PER_ATTEMPT_MAX + 1)
+    if len(metas) > OUTPUTS_PER_ATTEMPT_MAX:
+        raise CorruptRecord(f"{prefix}: more than {OUTPUTS_PER_ATTEMPT_MAX} outputs", key=prefix)
+    found = await gather_bounded(
+        functools.partial(
+            _read_output, authority.store, outcome, manifests, meta.key, decode_records
+        )
+        for meta in metas
+    )
+    visible = [item for item in found if not isinstance(item, HiddenOutput)]
+    hidden = [item for item in found if isinstance(item, HiddenOutput)]
+    listed = {parse_output_path(meta.key)[1] for meta in metas}
+    hidden.extend(
+        HiddenOutput(output_path(checkpoint_id, p.node_id), "output the capsule commits is missing")
+        for p in capsule.participants
+        if p.node_id not in listed
+    )
+    return _Attempt(checkpoint_id, visible, hidden)
+
+
+async def _read_output(
+    store: ObjectStore,
+    outcome: CheckpointOutcome,
+    manifests: dict[tuple[int, str], str],
+    key: str,
+    decode_records: DecodeRecords[T],
+) -> tuple[int, Sequence[T]] | HiddenOutput:
+    checkpoint_id, node_id = parse_output_path(key)
+    if checkpoint_id != outcome.checkpoint_id:
+        raise CorruptRecord(f"{key}: listed under attempt {outcome.checkpoint_id}", key=key)
+    read = await read_record(store, key, SinkOutput)
+    if read is None:
+        return HiddenOutput(key, "listed output is gone")
+    output, body = read
+    participant = output.participant
+    if output.attempt != outcome.attempt or participant.node_id != node_id:
+        raise CorruptRecord(f"{key}: output names another attempt or node", key=key)
+    fence = outcome.assignment_fence
+    if fence is None or participant not in fence.participants:
+        return HiddenOutput(key, "participant is not in the committed fence")
+    expected_manifest = manifests.get((participant.node_id, participant.boot_incarnation))
+    if expected_manifest is None:
+        return HiddenOutput(key, "participant is not in the recovery capsule")
+    found = await read_manifest(store, outcome.attempt, node_id)
+    if found is None:
+        return HiddenOutput(key, "participant manifest is missing")
+    manifest, manifest_body = found
+    if sha256_hex(manifest_body) != expected_manifest or manifest.participant != participant:
+        return HiddenOutput(key, "manifest is not the one the recovery capsule names")
+    if manifest.output_sha256 != sha256_hex(body):
+        return HiddenOutput(key, "manifest names another output")
+    return node_id, decode_records(_b64decode(output.records_b64, key=key))
+
+
+def _b64decode(text: str, *, key: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise CorruptRecord(f"{key}: records_b64 is not valid base64", key=key) from None
+
+
+def aggregate_committed(records: Iterable[AggregateRecord]) -> dict[int, tuple[int, int]]:
+    """Count and sum per key over committed aggregate records (keys ascending)."""
+    counts: dict[int, int] = {}
+    sums: dict[int, int] = {}
+    for key, count_delta, sum_delta in records:
+        counts[key] = counts.get(key, 0) + count_delta
+        sums[key] = sums.get(key, 0) + sum_delta
+    return {key: (counts[key], sums[key]) for key in sorted(counts)}

@@ -1,0 +1,276 @@
+"""The committed-output reader (runtime/output.py): an output is visible only under a cluster
+Commit (real outcomes through a LeaderLeaseStore), from a participant of the committed fence
+whose manifest is the one the recovery capsule names and names the output's SHA-256."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from laminar_cluster.checkpoint.records import (
+    CapsuleParticipant,
+    CheckpointAttempt,
+    CheckpointVerdict,
+    FenceParticipant,
+    LeaderProof,
+)
+from laminar_cluster.clock import RealClock
+from laminar_cluster.codec import sha256_hex
+from laminar_cluster.coordinator.objects import encode_record, output_of
+from laminar_cluster.coordinator.paths import manifest_path, output_path
+from laminar_cluster.coordinator.records import ParticipantManifest
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
+from laminar_cluster.runtime.output import (
+    AggregateRecord,
+    CommittedOutput,
+    aggregate_committed,
+    decode_aggregate_records,
+    encode_aggregate_records,
+    open_output_authority,
+    read_committed_output,
+)
+from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
+from tests.checkpoint.test_capsule import BOOT_1, BOOT_2, FENCE, make_capsule
+from tests.lease.test_cluster_outcome_helpers import deadline, elect, open_leader
+
+NODE_1 = FenceParticipant(node_id=1, boot_incarnation=BOOT_1)
+NODE_2 = FenceParticipant(node_id=2, boot_incarnation=BOOT_2)
+NODE_3 = FenceParticipant(node_id=3, boot_incarnation="00000000-0000-4000-8000-000000000003")
+VNODES = {1: (0, 1, 2, 3), 2: (4, 5, 6, 7), 3: (8,)}
+
+
+def far() -> float:
+    return RealClock().monotonic() + 60.0
+
+
+async def stage(
+    store: ObjectStore,
+    checkpoint_id: int,
+    participant: FenceParticipant,
+    records: list[AggregateRecord],
+    *,
+    manifest_output_sha256: str | None = None,
+) -> str:
+    """Write a participant's output and manifest for an attempt; the manifest's SHA-256."""
+    attempt = CheckpointAttempt.canonical(checkpoint_id)
+    key = output_path(checkpoint_id, participant.node_id)
+    body = encode_record(
+        output_of(attempt, participant, encode_aggregate_records(records)), key=key
+    )
+    await store.put(key, body, CREATE)
+    vnodes = VNODES[participant.node_id]
+    manifest = ParticipantManifest(
+        version=1,
+        attempt=attempt,
+        participant=participant,
+        vnodes=vnodes,
+        partial_sha256=tuple(sha256_hex(b"partial %d" % v) for v in vnodes),
+        output_sha256=manifest_output_sha256 or sha256_hex(body),
+    )
+    manifest_key = manifest_path(checkpoint_id, participant.node_id)
+    manifest_body = encode_record(manifest, key=manifest_key)
+    await store.put(manifest_key, manifest_body, CREATE)
+    return sha256_hex(manifest_body)
+
+
+async def decide(
+    leader: LeaderLeaseStore, proof: LeaderProof, epoch: int, manifests: dict[int, str] | None
+) -> None:
+    """Record the cluster outcome of `epoch`: Commit with a capsule naming `manifests` (node ->
+    manifest SHA-256), or Abort when `manifests` is None."""
+    ref = None
+    if manifests is not None:
+        decisions = leader.require_decisions()
+        deployment_id = await decisions.load_or_create_deployment_id()
+        participants = tuple(
+            CapsuleParticipant(
+                node_id=p.node_id,
+                boot_incarnation=p.boot_incarnation,
+                manifest_sha256=manifests[p.node_id],
+                vnodes=VNODES[p.node_id],
+            )
+            for p in FENCE.participants
+        )
+        capsule = make_capsule(deployment_id, epoch, participants=participants)
+        ref = await decisions.create_recovery_capsule(capsule)
+    await record_cluster_outcome(
+        leader,
+        proof,
+        epoch=epoch,
+        checkpoint_id=epoch,
+        assignment_fence=FENCE,
+        verdict=CheckpointVerdict.ABORT if manifests is None else CheckpointVerdict.COMMIT,
+        recovery_capsule=ref,
+        deadline=deadline(leader),
+    )
+
+
+async def committed(store: ObjectStore) -> CommittedOutput[AggregateRecord]:
+    authority = open_output_authority(store, RealClock())
+    return await read_committed_output(authority, decode_aggregate_records, deadline=far())
+
+
+def test_commit_shown_abort_and_unresolved_hidden_in_attempt_order() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        one = {
+            1: await stage(store, 1, NODE_1, [(5, 2, 7)]),
+            2: await stage(store, 1, NODE_2, [(6, 1, 1)]),
+        }
+        await decide(leader, proof, 1, one)
+        await stage(store, 2, NODE_1, [(5, 100, 100)])  # aborted: re-emitted in attempt 3
+        await stage(store, 2, NODE_2, [(6, 100, 100)])
+        await decide(leader, proof, 2, None)
+        three = {
+            1: await stage(store, 3, NODE_1, [(5, 3, -3), (9, 1, 4)]),
+            2: await stage(store, 3, NODE_2, []),
+        }
+        await decide(leader, proof, 3, three)
+        await stage(store, 4, NODE_1, [(5, 50, 50)])  # no outcome yet
+        result = await committed(store)
+        assert result.records == [(5, 2, 7), (6, 1, 1), (5, 3, -3), (9, 1, 4)]
+        assert result.attempts == (1, 3)
+        assert result.outputs == 4 and result.hidden == ()
+        assert aggregate_committed(result.records) == {5: (5, 4), 6: (1, 1), 9: (1, 4)}
+
+    asyncio.run(main())
+
+
+def test_manifest_naming_another_output_hides_it() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)], manifest_output_sha256="ab" * 32),
+        }
+        await decide(leader, proof, 1, manifests)
+        result = await committed(store)
+        assert result.records == [(1, 1, 1)]
+        assert [(h.key, h.reason) for h in result.hidden] == [
+            (output_path(1, 2), "manifest names another output")
+        ]
+
+    asyncio.run(main())
+
+
+def test_participant_outside_the_fence_is_hidden() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+        }
+        await stage(store, 1, NODE_3, [(3, 1, 1)])  # a node the committed fence does not hold
+        await decide(leader, proof, 1, manifests)
+        # A restarted node 2 (another boot incarnation) stages for attempt 2; 2 commits with
+        # the capsule naming the fence's node 2 manifest it never wrote.
+        restarted = FenceParticipant(node_id=2, boot_incarnation=NODE_3.boot_incarnation)
+        two = {1: await stage(store, 2, NODE_1, [(1, 1, 1)]), 2: "cd" * 32}
+        await stage(store, 2, restarted, [(2, 9, 9)])
+        await decide(leader, proof, 2, two)
+        result = await committed(store)
+        assert result.records == [(1, 1, 1), (2, 1, 1), (1, 1, 1)]
+        assert [(h.key, h.reason) for h in result.hidden] == [
+            (output_path(1, 3), "participant is not in the committed fence"),
+            (output_path(2, 2), "participant is not in the committed fence"),
+        ]
+
+    asyncio.run(main())
+
+
+def test_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+        }
+        await decide(leader, proof, 1, manifests)
+        # Node 1's manifest replaced by other bytes (same output digest, other vnodes).
+        key = manifest_path(1, 1)
+        manifest = msgspec.json.decode((await store.get(key)).body, type=ParticipantManifest)
+        edited = msgspec.structs.replace(
+            manifest, vnodes=(0, 1, 2), partial_sha256=manifest.partial_sha256[:3]
+        )
+        await store.put(key, encode_record(edited, key=key), OVERWRITE)
+        await store.delete(manifest_path(1, 2))
+        result = await committed(store)
+        assert result.records == []
+        assert [(h.key, h.reason) for h in result.hidden] == [
+            (output_path(1, 1), "manifest is not the one the recovery capsule names"),
+            (output_path(1, 2), "participant manifest is missing"),
+        ]
+
+    asyncio.run(main())
+
+
+def test_committed_output_missing_from_the_store_is_reported() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+        }
+        await decide(leader, proof, 1, manifests)
+        await store.delete(output_path(1, 2))
+        result = await committed(store)
+        assert result.records == [(1, 1, 1)]
+        assert [(h.key, h.reason) for h in result.hidden] == [
+            (output_path(1, 2), "output the capsule commits is missing")
+        ]
+
+    asyncio.run(main())
+
+
+def test_malformed_output_of_a_committed_attempt_is_corrupt() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+        }
+        await decide(leader, proof, 1, manifests)
+        await store.put(output_path(1, 1), b'{"version":1}', OVERWRITE)
+        with pytest.raises(CorruptRecord):
+            await committed(store)
+
+    asyncio.run(main())
+
+
+def test_empty_store_has_no_committed_output() -> None:
+    async def main() -> None:
+        result = await committed(open_store("memory://"))
+        assert (result.records, result.attempts, result.outputs, result.hidden) == ([], (), 0, ())
+
+    asyncio.run(main())
+
+
+def test_aggregate_record_format() -> None:
+    records = [(0, 1, -5), (2**64 - 1, 3, 2**63 - 1), (7, 0, 0)]
+    data = encode_aggregate_records(records)
+    assert data == msgspec.msgpack.encode([list(r) for r in records])
+    assert decode_aggregate_records(data) == records
+    assert decode_aggregate_records(encode_aggregate_records([])) == []
+    for bad in [[(-1, 1, 1)], [(1, 2**63, 1)], [(2**64, 1, 1)]]:
+        with pytest.raises(InvalidArgument):
+            encode_aggregate_records(bad)
+    for data in [b"\xc1", msgspec.msgpack.encode([[1, 2]]), msgspec.msgpack.encode([[1, 2, "3"]])]:
+        with pytest.raises(CorruptRecord):
+            decode_aggregate_records(data)
+    assert aggregate_committed([(1, 2, 3), (1, -1, 5), (0, 1, 1)]) == {0: (1, 1), 1: (1, 8)}
