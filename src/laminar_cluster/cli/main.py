@@ -260,7 +260,11 @@ def node(
     checkpoint_interval_s: Annotated[
         float,
         typer.Option("--checkpoint-interval", help="Leader's periodic checkpoint, seconds."),
-    ] = 5.0,
+    ] = 1.0,
+    checkpoint_timeout_s: Annotated[
+        float,
+        typer.Option("--checkpoint-timeout", help="Budget of one cluster checkpoint, seconds."),
+    ] = 15.0,
     retry_delay_s: Annotated[
         float, typer.Option("--retry-delay", help="Pause after a failed rebalance attempt.")
     ] = 2.0,
@@ -274,9 +278,18 @@ def node(
         float,
         typer.Option("--stats-interval", help="Log store request counters this often (0: off)."),
     ] = 0.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            help="Serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, logged).",
+        ),
+    ] = None,
 ) -> None:
-    """Run one node's rebalance control plane until SIGTERM/SIGINT (the first leaves
-    gracefully, a second stops at once). JSON-lines events on stderr."""
+    """Run one node (control plane, distributed checkpoints, the reference engine over the
+    event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
+    JSON-lines events on stderr."""
     from laminar_cluster.cli.node import run_node_command
     from laminar_cluster.rebalance.node import NodeConfig
 
@@ -289,10 +302,11 @@ def node(
             checkpoint_interval_s=checkpoint_interval_s,
             retry_delay_s=retry_delay_s,
             drain_ack_timeout_s=drain_ack_timeout_s,
+            checkpoint_timeout_s=checkpoint_timeout_s,
             leave_timeout_s=leave_timeout_s,
             stats_interval_s=stats_interval_s,
         )
-        return run_node_command(store, config)
+        return run_node_command(store, config, metrics_port=metrics_port)
 
     raise typer.Exit(_guard(run))
 

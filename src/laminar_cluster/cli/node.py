@@ -1,44 +1,73 @@
-"""`laminar-cluster node --store URL --node-id N`: run one node's rebalance control plane
-(`rebalance.node.RebalanceNode`; spec_rebalance §1, §4.2, §4.17) until SIGTERM or SIGINT.
+"""`laminar-cluster node --store URL --node-id N`: run one node process with the data plane on
+(`runtime.node.StreamNode`: the rebalance control plane, distributed checkpoints and the reference
+engine over the store's event log; spec_rebalance §1, §4.2, §4.17; issue 7) until SIGTERM or
+SIGINT. A node whose event log is empty idles until a producer declares its partitions.
 
 The first SIGTERM/SIGINT leaves gracefully (draining, drained, left; exit 0, or 4 when the
 leave timeout passes first); a second one stops at once without leaving (exit 1). A newer start
 of the same node id fences this one (exit 3); a store that fails the contract probe is refused
-(exit 2). Logs are JSON lines on stderr, one event per line (`rebalance.node_log`), with the
-library's warnings forwarded as `log` events.
+(exit 2), as is a metrics port that cannot be bound. Logs are JSON lines on stderr, one event per
+line (`rebalance.node_log`), with the library's warnings forwarded as `log` events. Once the
+store passed its probe, the first event is `started`, naming the metrics endpoint
+(`metrics_port`, `metrics_url`; null without `--metrics-port`; port 0 picks a free one and logs
+the bound port).
+
+With a metrics port the node keeps a `NodeMetrics` (leader, token, assignment version, vnodes
+owned and restoring, checkpoint durations and verdicts, rotations, events, source lag, store
+requests and errors by kind through `MetricsStore`, placement) served on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
 from typing import Final
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import LaminarError
-from laminar_cluster.rebalance.node import NodeConfig, RebalanceNode
+from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, serve
+from laminar_cluster.rebalance.node import NodeConfig
 from laminar_cluster.rebalance.node_log import JsonLogHandler, NodeLog
+from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import open_store
 from laminar_cluster.store.probe import verify_store_contract
 
-EXIT_STORE_REFUSED: Final = 2
+EXIT_STORE_REFUSED: Final = 2  # also a metrics port that cannot be bound
 PROBE_TIMEOUT_S: Final = 10.0
 
 
-def run_node_command(store_url: str, config: NodeConfig, *, probe: bool = True) -> int:
+def run_node_command(
+    store_url: str,
+    config: NodeConfig,
+    *,
+    probe: bool = True,
+    metrics_port: int | None = None,
+    stream: StreamNodeConfig | None = None,
+) -> int:
     """Run the node in a fresh event loop; its exit code."""
-    return asyncio.run(_run(store_url, config, probe=probe))
+    return asyncio.run(
+        _run(store_url, config, probe=probe, metrics_port=metrics_port, stream=stream)
+    )
 
 
-async def _run(store_url: str, config: NodeConfig, *, probe: bool) -> int:
+async def _run(
+    store_url: str,
+    config: NodeConfig,
+    *,
+    probe: bool,
+    metrics_port: int | None,
+    stream: StreamNodeConfig | None,
+) -> int:
     clock = RealClock()
     log = NodeLog(sys.stderr, clock, config.node_id)
     handler = JsonLogHandler(log)
     library = logging.getLogger("laminar_cluster")
     library.addHandler(handler)
     store = open_store(store_url)
+    server: MetricsServer | None = None
     try:
         if probe:
             try:
@@ -46,17 +75,43 @@ async def _run(store_url: str, config: NodeConfig, *, probe: bool) -> int:
             except LaminarError as error:
                 log.write("refused", error=str(error))
                 return EXIT_STORE_REFUSED
-        node = RebalanceNode(store, clock, config, log)
+        metrics = None if metrics_port is None else NodeMetrics()
+        if metrics is not None and metrics_port is not None:
+            try:
+                server = serve(metrics, metrics_port)
+            except InvalidArgument as error:
+                log.write("refused", error=str(error))
+                return EXIT_STORE_REFUSED
+        # The first event: the endpoint a scraper (or a test) reads the bound port from.
+        log.write(
+            "started",
+            store=store.url,
+            metrics_port=None if server is None else server.port,
+            metrics_url=None if server is None else server.url,
+        )
+        node = StreamNode(
+            store,
+            clock,
+            config,
+            log,
+            stream=stream,
+            metrics=metrics,
+            store_wrapper=None
+            if metrics is None
+            else functools.partial(MetricsStore, metrics=metrics),
+        )
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _on_signal, node, log, signum)
         return await node.run()
     finally:
+        if server is not None:
+            server.close()
         library.removeHandler(handler)
         await store.close()
 
 
-def _on_signal(node: RebalanceNode, log: NodeLog, signum: signal.Signals) -> None:
+def _on_signal(node: StreamNode, log: NodeLog, signum: signal.Signals) -> None:
     if node.leave_requested.is_set():
         log.write("signal", signal=signum.name, action="stop")
         node.stop()

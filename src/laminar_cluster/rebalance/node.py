@@ -18,28 +18,38 @@ until it leaves, is stopped or is fenced, in one TaskGroup:
   without this node, then write `left` and stop: exit 0. If the deadline passes first the node
   stops without writing `left` (exit 4): its vnodes then move through the recovery path.
 
-The engine is the `ControlEngine` (no data plane) with a `LeaderCheckpointer`; a later runtime
-reuses this assembly with its own engine through `engine_factory`.
+By default the engine is the `ControlEngine` (no data plane) with a `LeaderCheckpointer`. A
+runtime reuses this assembly without copying it (runtime.node.StreamNode does) through keyword
+arguments:
+
+* `engine_factory(clock, participant, checkpointer)`: the engine;
+* `checkpointer_factory(decisions, authority, proof, owners_of)`: what `checkpoint_until` runs
+  (the periodic checkpoint of `LeaderDuties` and the pre-rotation checkpoint of a rotation);
+* `extra_tasks(ctx, shutdown)`: more long-running `(purpose, coroutine)` pairs started in the
+  node's TaskGroup after the core tasks (their store requests counted under `purpose`; like
+  every task, cancelled `SHUTDOWN_GRACE_S` after shutdown if still running);
+* `store_wrapper(store)`: wraps the caller's store under the node's request counter (metrics);
+* `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to.
+
+While a factory runs, `store`, `decisions` and `authority` are already set on the node.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, Final
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
-from laminar_cluster.clock import Clock
-from laminar_cluster.errors import (
-    DeadlineExceeded,
-    InvalidArgument,
-    LaminarError,
-    StoreUnavailable,
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    LeaderProof,
 )
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import DeadlineExceeded, LaminarError, StoreUnavailable
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaseManagerConfig
 from laminar_cluster.lease.records import LeaderLeaseOwner
@@ -47,12 +57,16 @@ from laminar_cluster.membership.discovery import Discovery
 from laminar_cluster.membership.leave import activate, keep_renewed
 from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
 from laminar_cluster.membership.records import NodeState
-from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ControlEngine
 from laminar_cluster.rebalance.controller import StoreClusterController
-from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, LeaderCheckpointer
+from laminar_cluster.rebalance.handoff_checkpoint import (
+    Checkpointer,
+    LeaderCheckpointer,
+    OwnersOf,
+)
 from laminar_cluster.rebalance.loop import RebalanceLoop, rebalance_attempt
+from laminar_cluster.rebalance.node_config import VNODE_COUNT_DEFAULT, NodeConfig
 from laminar_cluster.rebalance.node_duties import LeaderDuties
 from laminar_cluster.rebalance.node_leadership import ManagedLeadership, leader_eligible
 from laminar_cluster.rebalance.node_log import NodeLog
@@ -60,60 +74,37 @@ from laminar_cluster.rebalance.node_monitor import NodeMonitor
 from laminar_cluster.rebalance.node_stats import PurposeCountingStore, counting_as
 from laminar_cluster.rebalance.startup import wait_until_drained
 from laminar_cluster.rebalance.watcher import SnapshotWatcher
+from laminar_cluster.rebalance.watcher_publish import PlacementSink
 from laminar_cluster.store import ObjectStore
 
 EXIT_LEFT: Final = 0
 EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
 EXIT_FENCED: Final = 3
 EXIT_LEAVE_TIMEOUT: Final = 4
-VNODE_COUNT_DEFAULT: Final = 256
 STARTUP_TIMEOUT_S: Final = 30.0
 # How long tasks get to finish by themselves after shutdown before they are cancelled.
 SHUTDOWN_GRACE_S: Final = 2.0
 
 EngineFactory = Callable[[Clock, FenceParticipant, Checkpointer], ControlEngine]
+CheckpointerFactory = Callable[
+    [DecisionStore, LeaderLeaseStore, Callable[[], LeaderProof | None], OwnersOf], Checkpointer
+]
+# (purpose, work): one more long-running task of the node (module docstring).
+NodeTask = tuple[str, Coroutine[Any, Any, None]]
+ExtraTasks = Callable[[RebalanceContext, asyncio.Event], Iterable[NodeTask]]
+StoreWrapper = Callable[[ObjectStore], ObjectStore]
 
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """Seconds. The process and leader leases share `ttl_s`; both renew every `ttl_s / 4`.
-    `poll_s` is the discovery refresh and the watcher/audit tick (`watcher_poll`)."""
-
-    node_id: int
-    ttl_s: float = 5.0
-    poll_s: float = 2.0
-    debounce_s: float = 5.0
-    checkpoint_interval_s: float = 5.0
-    retry_delay_s: float = 2.0
-    drain_ack_timeout_s: float = 10.0
-    checkpoint_timeout_s: float = 15.0
-    leave_timeout_s: float = 120.0
-    vnode_count: int = VNODE_COUNT_DEFAULT
-    stats_interval_s: float = 0.0  # > 0: log the store request counters this often
-
-    def __post_init__(self) -> None:
-        if self.node_id < 1:
-            raise InvalidArgument(f"node id must be >= 1, not {self.node_id}")
-        for name in ("ttl_s", "poll_s", "checkpoint_interval_s", "leave_timeout_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise InvalidArgument(f"node config: {name} must be > 0, not {value!r}")
-        if self.vnode_count < 1:
-            raise InvalidArgument(f"node config: vnode_count must be >= 1, not {self.vnode_count}")
-        self.rebalance_config()  # its own checks (drain ack timeout > poll, ...)
-
-    @property
-    def renew_interval_s(self) -> float:
-        return self.ttl_s / 4
-
-    def rebalance_config(self) -> RebalanceConfig:
-        return RebalanceConfig(
-            watcher_poll_s=self.poll_s,
-            rebalance_debounce_s=self.debounce_s,
-            checkpoint_timeout_s=self.checkpoint_timeout_s,
-            retry_delay_s=self.retry_delay_s,
-            drain_ack_timeout_s=self.drain_ack_timeout_s,
-        )
+__all__ = [
+    "VNODE_COUNT_DEFAULT",
+    "CheckpointerFactory",
+    "EngineFactory",
+    "ExtraTasks",
+    "NodeConfig",
+    "NodeTask",
+    "RebalanceNode",
+    "StoreWrapper",
+    "control_engine",
+]
 
 
 def control_engine(
@@ -133,19 +124,31 @@ class RebalanceNode:
         log: NodeLog,
         *,
         engine_factory: EngineFactory = control_engine,
+        checkpointer_factory: CheckpointerFactory = LeaderCheckpointer,
+        extra_tasks: ExtraTasks | None = None,
+        store_wrapper: StoreWrapper | None = None,
+        metrics: PlacementSink | None = None,
     ) -> None:
-        self.requests = PurposeCountingStore(store)
+        self.requests = PurposeCountingStore(
+            store if store_wrapper is None else store_wrapper(store)
+        )
         self.store: ObjectStore = self.requests
         self.clock = clock
         self.config = config
         self.log = log
         self._engine_factory = engine_factory
+        self._checkpointer_factory = checkpointer_factory
+        self._extra_tasks = extra_tasks
+        self.metrics = metrics
         self.shutdown = asyncio.Event()
         self.leave_requested = asyncio.Event()
         self.leader_work = asyncio.Lock()
         self.exit_code = EXIT_STOPPED
+        self.rotations = 0  # rotations this process settled as leader
         # Set by `run` once the lease is acquired (tests and the runtime read them).
         self.holder: ProcessLeaseHolder | None = None
+        self.decisions: DecisionStore | None = None
+        self.authority: LeaderLeaseStore | None = None
         self.controller: StoreClusterController | None = None
         self.engine: ControlEngine | None = None
         self.ctx: RebalanceContext | None = None
@@ -190,6 +193,7 @@ class RebalanceNode:
         boot, term = holder.record.lease.owner, holder.record.lease.term
         decisions = DecisionStore.shared(store, clock=clock)
         authority = LeaderLeaseStore(store, clock=clock, ttl_s=config.ttl_s, decisions=decisions)
+        self.decisions, self.authority = decisions, authority
         snapshots = AssignmentSnapshotStore(store)
         owner = LeaderLeaseOwner(node=config.node_id, boot=boot, process_term=term)
         leadership = ManagedLeadership(
@@ -205,7 +209,7 @@ class RebalanceNode:
             snapshots=snapshots,
             leadership=leadership,
         )
-        checkpointer = LeaderCheckpointer(
+        checkpointer = self._checkpointer_factory(
             decisions, authority, controller.capture_leader_proof, self._owners_of
         )
         self.engine = self._engine_factory(clock, controller.local_participant(), checkpointer)
@@ -242,6 +246,7 @@ class RebalanceNode:
                 self.log.write("rebalance_failed", error=str(error), live=list(live))
                 raise
             if settled is not None:
+                self.rotations += 1
                 self.log.write(
                     "rotated",
                     version=settled,
@@ -269,7 +274,7 @@ class RebalanceNode:
             interval_s=min(0.02, self.config.poll_s / 10),
             stats_interval_s=self.config.stats_interval_s,
         )
-        watcher = SnapshotWatcher(ctx)
+        watcher = SnapshotWatcher(ctx, self.metrics)
         await controller.refresh_members(deadline=self.clock.monotonic() + STARTUP_TIMEOUT_S)
         async with asyncio.TaskGroup() as group:
             tasks = [
@@ -283,6 +288,9 @@ class RebalanceNode:
                 group.create_task(_as("leave", self._leave_when_asked(holder))),
                 group.create_task(monitor.run(shutdown)),
             ]
+            if self._extra_tasks is not None:
+                for purpose, work in self._extra_tasks(ctx, shutdown):
+                    tasks.append(group.create_task(_as(purpose, work)))
             group.create_task(self._cancel_after_shutdown(tasks))
 
     async def _follow_candidacy(self, leadership: ManagedLeadership) -> None:

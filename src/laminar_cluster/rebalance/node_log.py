@@ -6,7 +6,9 @@ Events the node writes: `acquired`, `active`, `leader` / `leader_lost`, `members
 `rotated` / `rebalance_failed`, `adopted`, `activated`, `checkpoint` / `checkpoint_failed`,
 `leaving`, `draining`, `left`, `leave_timeout`, `fenced`, `crashed`, `stopped`,
 `requests` (store request counters by purpose, when enabled) and `log` (a forwarded warning of
-the library's own `logging` output).
+the library's own `logging` output). The stream node adds `progress` (runtime.node: the
+engine's figures when they moved), and `laminar-cluster node` writes `refused`, `started`
+(the metrics endpoint) and `signal` (cli.node).
 """
 
 from __future__ import annotations

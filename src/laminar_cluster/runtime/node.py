@@ -1,0 +1,334 @@
+"""`StreamNode`: a node process with the data plane on (issue 7 "A node process"; spec_rebalance
+§1, §4.2, §4.17; upstream_context §1.7, §1.9, §3; docs/protocols/distributed-checkpoint.md).
+
+It is a `rebalance.node.RebalanceNode` (process lease, membership, leadership, watcher,
+rebalance loop, leader duties, graceful leave: unchanged) assembled through its hooks:
+
+* engine: `StreamEngine` over the store's `EventLog` with the `KeyedAggregation` processor,
+  restoring newly owned vnodes through `CheckpointRestorer` (the node's own decision store and
+  leader authority);
+* checkpointer: the coordinator's `ClusterCheckpointer`, so the leader's periodic checkpoint
+  (`LeaderDuties`, every `checkpoint_interval_s`) and the pre-rotation checkpoint of a rotation
+  are real distributed checkpoints (prepare, partials, outputs, manifests, capsule, outcome);
+* extra tasks: the engine's processing loop (`engine`), the `CheckpointParticipant` answering
+  prepares of the fence this process runs (`participant`; the leader is a participant too),
+  and the observer (`observer`): every `poll_s` the metrics' `update_from` (local state only)
+  and the rotations this node settled; every `lag_every_polls` polls `update_lag_from` (reads
+  the log ends, bounded); every `progress_log_s` a `progress` log event when the engine's
+  figures moved;
+* metrics (optional, any `StreamMetrics`, e.g. `metrics.NodeMetrics`): the watcher's placement
+  sink, every checkpoint this node leads counted with its duration and verdict, rotations.
+  The store wrapper that counts requests (`metrics.MetricsStore`) is the caller's to pass.
+
+The layer order puts `metrics` above `runtime`, so this module names what it needs from metrics
+as a Protocol; the CLI builds the `NodeMetrics`, its store wrapper and its HTTP endpoint.
+An empty event log just idles: the engine waits for the log's declared partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    CheckpointVerdict,
+    FenceParticipant,
+    LeaderProof,
+)
+from laminar_cluster.clock import Clock
+from laminar_cluster.coordinator.leader import ClusterCheckpointer
+from laminar_cluster.coordinator.participant import CheckpointParticipant
+from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.control_engine import ControlEngine
+from laminar_cluster.rebalance.controller import StoreClusterController
+from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, OwnersOf
+from laminar_cluster.rebalance.interfaces import CheckpointResult
+from laminar_cluster.rebalance.node import NodeConfig, NodeTask, RebalanceNode, StoreWrapper
+from laminar_cluster.rebalance.node_log import NodeLog
+from laminar_cluster.rebalance.watcher_publish import PlacementSink
+from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
+from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.runtime.engine_types import EngineConfig
+from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.runtime.processor import KeyedAggregation
+from laminar_cluster.store import ObjectStore
+
+logger: Final = logging.getLogger(__name__)
+
+LAG_TIMEOUT_S_MAX: Final = 10.0
+# The `progress` figures whose change is worth a log line.
+MOVED_FIGURES: Final = (
+    "events",
+    "owned",
+    "restoring",
+    "paused_partitions",
+    "aborts",
+    "restores",
+    "errors",
+)
+
+
+class StreamMetrics(PlacementSink, Protocol):
+    """What a `StreamNode` reports to (`metrics.NodeMetrics` is one)."""
+
+    def update_from(self, controller: StoreClusterController, engine: StreamEngine) -> None: ...
+
+    async def update_lag_from(self, engine: StreamEngine, *, deadline: float) -> int: ...
+
+    def checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None: ...
+
+    def rotated(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamNodeConfig:
+    """The data plane's settings (seconds); the control plane's are the `NodeConfig`."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    checkpoint_poll_s: float = 0.05  # participant's prepare/decision poll, leader's ack poll
+    prepare_timeout_s: float = 10.0  # participant: cut and writes of one attempt
+    decision_timeout_s: float = 30.0  # participant: one wait for an attempt's outcome
+    lag_every_polls: int = 5  # source lag (reads the log ends) every this many polls
+    progress_log_s: float = 2.0  # a `progress` event at most this often (0: never)
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_poll_s", "prepare_timeout_s", "decision_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidArgument(f"stream node config: {name} must be > 0, not {value!r}")
+        if self.lag_every_polls < 1:
+            raise InvalidArgument(
+                f"stream node config: lag_every_polls must be >= 1, not {self.lag_every_polls}"
+            )
+        if not (math.isfinite(self.progress_log_s) and self.progress_log_s >= 0):
+            raise InvalidArgument(
+                f"stream node config: progress_log_s must be >= 0, not {self.progress_log_s!r}"
+            )
+
+
+class CountedCheckpointer:
+    """A `ClusterCheckpointer` whose every call is reported: `finished(duration_s, verdict)`,
+    with the verdict this call recorded (None: none, e.g. refused before a prepare)."""
+
+    def __init__(
+        self,
+        inner: ClusterCheckpointer,
+        clock: Clock,
+        finished: Callable[[float, CheckpointVerdict | None], None],
+    ) -> None:
+        self.inner, self.clock, self.finished = inner, clock, finished
+
+    async def __call__(
+        self,
+        fence: CheckpointAssignmentFence,
+        transition: AssignmentDrainTransition | None,
+        *,
+        deadline: float,
+    ) -> CheckpointResult:
+        before = self.inner.last
+        started_s = self.clock.monotonic()
+        result = await self.inner(fence, transition, deadline=deadline)
+        last = self.inner.last
+        if last is not None and last is not before:
+            self.finished(last.duration_s, last.verdict)
+        else:
+            self.finished(max(0.0, self.clock.monotonic() - started_s), None)
+        return result
+
+
+class StreamNode:
+    """One node process with the reference engine over `store` (the caller opens and closes
+    it); `run`, `request_leave` and `stop` are the `RebalanceNode`'s."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        config: NodeConfig,
+        log: NodeLog,
+        *,
+        stream: StreamNodeConfig | None = None,
+        metrics: StreamMetrics | None = None,
+        store_wrapper: StoreWrapper | None = None,
+    ) -> None:
+        self.stream = stream or StreamNodeConfig()
+        self.metrics = metrics
+        self.log = log
+        self.engine: StreamEngine | None = None
+        self.participant: CheckpointParticipant | None = None
+        self.checkpoints: Counter[str] = Counter()  # calls this node led, by verdict/"failed"
+        self.node = RebalanceNode(
+            store,
+            clock,
+            config,
+            log,
+            engine_factory=self._engine,
+            checkpointer_factory=self._checkpointer,
+            extra_tasks=self._tasks,
+            store_wrapper=store_wrapper,
+            metrics=metrics,
+        )
+
+    @property
+    def leave_requested(self) -> asyncio.Event:
+        return self.node.leave_requested
+
+    async def run(self) -> int:
+        """Run until left (0), stopped (1), fenced (3) or out of leave time (4)."""
+        return await self.node.run()
+
+    def request_leave(self) -> None:
+        self.node.request_leave()
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    # -- RebalanceNode hooks -------------------------------------------------------------------
+    def _engine(
+        self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
+    ) -> ControlEngine:
+        node = self.node
+        if node.decisions is None or node.authority is None:
+            raise AssertionError("the node builds its authority before its engine")
+        engine = StreamEngine(
+            clock=clock,
+            participant=participant,
+            log=EventLog(node.store, clock=clock),
+            processor=KeyedAggregation(),
+            restorer=CheckpointRestorer(node.store, node.decisions, node.authority),
+            config=self.stream.engine,
+            checkpointer=checkpointer,
+        )
+        self.engine = engine
+        return engine
+
+    def _checkpointer(
+        self,
+        decisions: DecisionStore,
+        authority: LeaderLeaseStore,
+        proof: Callable[[], LeaderProof | None],
+        owners_of: OwnersOf,
+    ) -> Checkpointer:
+        inner = ClusterCheckpointer(
+            decisions, authority, proof, owners_of, poll_s=self.stream.checkpoint_poll_s
+        )
+        return CountedCheckpointer(inner, authority.clock, self._checkpoint_finished)
+
+    def _checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None:
+        self.checkpoints["failed" if verdict is None else verdict.value] += 1
+        if self.metrics is not None:
+            self.metrics.checkpoint_finished(duration_s, verdict)
+
+    def _tasks(self, ctx: RebalanceContext, shutdown: asyncio.Event) -> list[NodeTask]:
+        engine = self.engine
+        if engine is None:
+            raise AssertionError("the node builds its engine before its tasks")
+        stream = self.stream
+        participant = CheckpointParticipant(
+            self.node.store,
+            ctx.clock,
+            ctx.authority,
+            engine,
+            stream.checkpoint_poll_s,
+            prepare_timeout_s=stream.prepare_timeout_s,
+            decision_timeout_s=stream.decision_timeout_s,
+        )
+        self.participant = participant
+        observer = _Observer(self, engine)
+        return [
+            ("engine", engine.run(shutdown)),
+            ("participant", participant.run(shutdown)),
+            ("observer", observer.run(shutdown)),
+        ]
+
+
+@dataclass(slots=True)
+class _Observer:
+    """The `observer` task (module docstring): metrics per poll, lag every few polls, and
+    `progress` log events."""
+
+    owner: StreamNode
+    engine: StreamEngine
+    _rotations: int = 0
+    _next_progress_s: float = 0.0
+    _shown: tuple[int, ...] = ()
+
+    async def run(self, shutdown: asyncio.Event) -> None:
+        node = self.owner.node
+        clock, poll_s = node.clock, node.config.poll_s
+        every = self.owner.stream.lag_every_polls
+        polls = 0
+        while not shutdown.is_set():
+            next_s = clock.monotonic() + poll_s
+            self.observe()
+            if polls % every == 0:
+                await self.measure_lag(clock.monotonic() + min(every * poll_s, LAG_TIMEOUT_S_MAX))
+            polls += 1
+            try:
+                async with clock.timeout_at(next_s):
+                    await shutdown.wait()
+            except TimeoutError:
+                pass
+        self.observe()
+
+    def observe(self) -> None:
+        """Local state only: metrics gauges, rotations, the progress event."""
+        owner, node = self.owner, self.owner.node
+        metrics, controller = owner.metrics, node.controller
+        if metrics is not None and controller is not None:
+            metrics.update_from(controller, self.engine)
+            for _ in range(node.rotations - self._rotations):
+                metrics.rotated()
+        self._rotations = node.rotations
+        self._progress()
+
+    async def measure_lag(self, deadline: float) -> None:
+        metrics = self.owner.metrics
+        if metrics is None:
+            return
+        try:
+            await metrics.update_lag_from(self.engine, deadline=deadline)
+        except LaminarError as error:  # the next measurement retries; the gauge keeps its value
+            logger.info("source lag not measured: %s", error)
+
+    def _progress(self) -> None:
+        owner = self.owner
+        interval_s, clock = owner.stream.progress_log_s, owner.node.clock
+        if interval_s <= 0 or clock.monotonic() < self._next_progress_s:
+            return
+        self._next_progress_s = clock.monotonic() + interval_s
+        progress = self.engine.progress()
+        figures: dict[str, Any] = {
+            "events": progress.events_processed,
+            "owned": progress.owned_vnodes,
+            "restoring": progress.restoring_vnodes,
+            "paused_partitions": progress.paused_partitions,
+            "cuts": progress.cuts,
+            "commits": progress.commits,
+            "aborts": progress.aborts,
+            "restores": progress.restores,
+            "errors": progress.errors,
+            "led": dict(sorted(owner.checkpoints.items())),
+        }
+        # Checkpoints alone (cuts, commits, led) do not make an idle node log every interval.
+        moved = tuple(figures[k] for k in MOVED_FIGURES)
+        if moved == self._shown:
+            return
+        self._shown = moved
+        holding = progress.holding_cut
+        owner.log.write(
+            "progress",
+            **figures,
+            holding_cut=None if holding is None else holding.epoch,
+            last_error=progress.last_error,
+        )
