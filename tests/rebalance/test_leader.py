@@ -579,3 +579,32 @@ async def test_t73_prune_after_finalize(store: ObjectStore) -> None:
     record = await ctx.authority.load_record()
     assert record is not None and record.assignment_decision_floor is not None
     assert record.assignment_decision_floor.before_target_version == 4
+
+
+@synchronous
+async def test_recovery_keeps_a_live_draining_predecessor(store: ObjectStore) -> None:
+    """A dead owner forces recovery while another owner is leaving gracefully: the leaver is
+    healthy (draining, renewing), so recovery keeps it with a vnode instead of trying to fence
+    it, and only the dead process is removed."""
+    owners = tuple(rendezvous_assignment(16, [1, 2, 3]))
+    scenario = await Scenario.start(store, _clock(), (1, 2, 3), vnode_count=16)
+    await scenario.bring_up(owners)
+    await scenario.checkpoint(1)
+    cluster = scenario.cluster
+    await cluster.node(2).holder.renew(deadline=cluster.deadline(), state=NodeState.DRAINING)
+    cluster.stop(3)
+    await cluster.advance(cluster.process_ttl_s + 1.0)
+    ctx = scenario.ctx(1)
+    live = ctx.controller.assignable_instances()
+    assert live == (1,)
+
+    assert await try_rebalance(ctx, live) == 2
+    v2 = await cluster.snapshots.load()
+    assert v2 is not None and not v2.draining
+    assert 2 in v2.owners and 3 not in v2.owners
+    assert [p.node_id for p in v2.participants] == [1, 2]
+    from laminar_cluster.lease.assignment_decisions import assignment_recovery_decision
+
+    decision = await assignment_recovery_decision(ctx.authority, 2)
+    assert decision is not None
+    assert [f.predecessor.node for f in decision.removed_process_fences] == [3]

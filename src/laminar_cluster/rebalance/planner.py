@@ -189,6 +189,33 @@ async def predecessor_cut_unavailability(
     return None
 
 
+async def _live_draining_predecessors(
+    ctx: RebalanceContext,
+    current: AssignmentSnapshot,
+    successor_processes: Sequence[FenceParticipant],
+) -> list[FenceParticipant]:
+    """Predecessor processes that are draining, alive, and still their node's lease owner."""
+    controller = ctx.controller
+    states = {member.node_id: member.state for member in controller.members_watch().current()}
+    candidates = [
+        p
+        for p in current.participants
+        if p not in successor_processes and states.get(p.node_id) == "draining"
+    ]
+    if not candidates:
+        return []
+    observed = await controller.available_recovery_participant_incarnations(
+        [p.node_id for p in candidates], deadline=ctx.head_deadline()
+    )
+    live = []
+    for participant in observed:
+        if participant in candidates and await controller.verify_current_process_incarnation(
+            participant, deadline=ctx.head_deadline()
+        ):
+            live.append(participant)
+    return live
+
+
 async def _plan(
     ctx: RebalanceContext,
     current: AssignmentSnapshot,
@@ -205,8 +232,14 @@ async def _plan(
     reason = await predecessor_cut_unavailability(ctx, current, current_owners, successors)
     if reason is None:
         return await execute_graceful_rotation(ctx, current, new_owners, participants)
-    retain_recovery_predecessors(new_owners, current.participants, successor_processes)
-    participants = list(successor_participants(new_owners, successor_processes))
+    # A predecessor that is leaving gracefully (draining, still renewing) is healthy: it keeps
+    # a vnode here and drains through a later graceful rotation. Fencing it would fail
+    # ("renewed") and stall this recovery until it gave up leaving.
+    retained = successor_processes + await _live_draining_predecessors(
+        ctx, current, successor_processes
+    )
+    retain_recovery_predecessors(new_owners, current.participants, retained)
+    participants = list(successor_participants(new_owners, retained))
     try:
         proposal = next_for_participants(
             current, new_owners, participants, now_ms=ctx.clock.wall_ms()

@@ -99,6 +99,13 @@ async def publish_authority(
     transition = state.durable_drain_transition
     if transition is not None and transition.predecessor != fence:
         transition = None
+    if transition is None:
+        # A drain of this very fence that the leader's own rotation installed after its CAS,
+        # under the adoption lock (graceful.py), before this tick's head read could see it:
+        # keep it. Republishing None here would break the leader's own ack.
+        installed = ctx.controller.checkpoint_drain_transition()
+        if installed is not None and installed.predecessor == fence:
+            transition = installed
     identity: FenceIdentity = (fence.assignment_version, fence_digest(fence))
     if _needs_activation(ctx, state, fence, identity, transition):
         await _activate(ctx, state, fence, identity, transition, revision, deadline)
