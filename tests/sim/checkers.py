@@ -72,6 +72,7 @@ class Checkers:
     committed: dict[int, AssignmentSnapshot] = field(default_factory=dict)
     stats: CheckerStats = field(default_factory=CheckerStats)
     _seen_mutations: dict[str, int] = field(default_factory=dict)
+    _reported: set[tuple[int, str]] = field(default_factory=set)
     _next_record: int = 1
 
     def _changed(self, namespaces: Sequence[str]) -> bool:
@@ -230,5 +231,9 @@ class Checkers:
             )
 
     def fail(self, checker: int, message: str) -> None:
+        """Record a violation once (a lasting one is seen again at every later step)."""
+        if (checker, message) in self._reported:
+            return
+        self._reported.add((checker, message))
         now = self.clock.monotonic() - self.origin_s
         self.violations.append(f"checker {checker} at t={now:.3f}: {message}")

@@ -66,21 +66,28 @@ class SimResult:
     digest: str
     figures: Counter[str]
     violations: list[str]
+    warnings: Counter[str]
 
     def failure_message(self) -> str:
         tail = "\n".join(self.trace[-40:])
         found = "\n".join(self.violations[:20])
+        repeated = "\n".join(f"{n}x {w}" for w, n in self.warnings.most_common(6))
         return (
             f"seed={self.seed}: {len(self.violations)} checker failure(s); replay with "
-            f"`{REPLAY.format(seed=self.seed)}`\n{found}\n-- trace tail --\n{tail}"
+            f"`{REPLAY.format(seed=self.seed)}`\n{found}\n-- trace tail --\n{tail}\n"
+            f"-- most repeated warnings --\n{repeated}"
         )
 
 
 def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:
     """Run one seed to completion on a fresh event loop. An exception escaping the simulation
     (a livelock, a harness bug) becomes a failure of the run, so it still names its seed."""
-    simulation = Simulation(seed, config or SimConfig())
-    with _quiet_logs():
+    return run_simulation(Simulation(seed, config or SimConfig()))
+
+
+def run_simulation(simulation: Simulation) -> SimResult:
+    """Run a built simulation (a scripted subclass, say) as `run_seed` does."""
+    with _counted_logs(simulation.warnings):
         try:
             return asyncio.run(simulation.run())
         except Exception as error:  # reported with the seed, never lost
@@ -89,16 +96,34 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:
             return simulation.result()
 
 
+class _WarningCounter(logging.Handler):
+    """Counts the library's warnings by message: a failing run shows its most repeated ones
+    (a node stuck retrying the same step names the step)."""
+
+    def __init__(self, counts: Counter[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.counts = counts
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[f"{record.name.rsplit('.', 1)[-1]}: {record.getMessage()[:240]}"] += 1
+
+
 @contextlib.contextmanager
-def _quiet_logs() -> Iterator[None]:
-    """The nodes log every retried failure; thousands of runs would drown the output."""
+def _counted_logs(counts: Counter[str]) -> Iterator[None]:
+    """The nodes log every retried failure; thousands of runs would drown the output, so the
+    library's records are counted here and not propagated."""
     root = logging.getLogger("laminar_cluster")
-    level = root.level
-    root.setLevel(logging.CRITICAL)
+    level, propagate = root.level, root.propagate
+    handler = _WarningCounter(counts)
+    root.setLevel(logging.WARNING)
+    root.propagate = False
+    root.addHandler(handler)
     try:
         yield
     finally:
+        root.removeHandler(handler)
         root.setLevel(level)
+        root.propagate = propagate
 
 
 class Simulation:
@@ -116,6 +141,7 @@ class Simulation:
         self.moves = Moves(origin_s=self.started_s)
         self.trace: list[str] = []
         self.figures: Counter[str] = Counter()
+        self.warnings: Counter[str] = Counter()  # the library's warnings by message
         self.processes: dict[int, SimProcess] = {}  # the latest boot of each node id
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.stores: list[FaultyStore] = []  # every boot's, for the fault figures
@@ -139,6 +165,10 @@ class Simulation:
                 await self._faults()
                 await self._quiet()
             self._stop_all()
+        # Once more over everything retained (a decision pruned under a retained version
+        # would otherwise wait for the next assignment write to be noticed).
+        await self.checkers.check_history()
+        await self.checkers.check_backing()
         return self.result()
 
     async def _bootstrap(self) -> bool:
@@ -190,6 +220,7 @@ class Simulation:
             digest=self.store.objects.digest,
             figures=self.figures,
             violations=self.checkers.violations + jumps.violations,
+            warnings=self.warnings,
         )
 
     async def _step(self, *, until: float) -> None:
@@ -368,17 +399,9 @@ class Simulation:
             self._slow(self.rng.choice(running))
 
     async def _crash(self, node_id: int) -> None:
-        process = self.processes[node_id]
-        task = self.tasks[node_id]
         count = self.rng.randrange(self.config.crash_turns_max)
-        await turns(count)
-        if task.done():
+        if not await self.kill(node_id, after_turns=count):
             return
-        task.cancel()
-        await asyncio.wait({task})
-        del self.tasks[node_id]
-        process.exit = Exit.CRASHED
-        self.figures["crashes"] += 1
         if self.rng.random() < 0.8:
             delay = self.rng.uniform(0.2, 4.0)
             self.note(f"node {node_id} crashed after {count} turns; restart in {delay:.2f} s")
@@ -386,6 +409,24 @@ class Simulation:
         else:
             self.note(f"node {node_id} crashed after {count} turns; stays down")
             self.gone.add(node_id)
+
+    async def kill(self, node_id: int, *, after_turns: int) -> bool:
+        """Cancel every task of `node_id`'s process after `after_turns` loop turns (so at
+        whatever await it reached); False when it had already exited by then."""
+        process = self.processes[node_id]
+        task = self.tasks[node_id]
+        await turns(after_turns)
+        if task.done():
+            return False
+        task.cancel()
+        await asyncio.wait({task})
+        del self.tasks[node_id]
+        process.exit = Exit.CRASHED
+        self.figures["crashes"] += 1
+        return True
+
+    def restart_later(self, node_id: int, delay_s: float) -> None:
+        self._later(delay_s, "restart", lambda: self._restart(node_id))
 
     def _cut(self, node_id: int) -> None:
         process = self.processes[node_id]
