@@ -23,11 +23,12 @@ class SeedOutcome:
     message: str  # the full failure message ("" when the run passed)
     figures: dict[str, int]
     digest: str
-    seconds: float
+    seconds: float  # wall
+    cpu_seconds: float  # this process's CPU time: what the run costs on an idle machine
 
 
 def outcome_of(seed: int, config: SimConfig | None = None) -> SeedOutcome:
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     result = run_seed(seed, config)
     message = result.failure_message() if result.violations else ""
     return SeedOutcome(
@@ -37,6 +38,7 @@ def outcome_of(seed: int, config: SimConfig | None = None) -> SeedOutcome:
         figures=dict(result.figures),
         digest=result.digest,
         seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
     )
 
 
@@ -71,4 +73,5 @@ def summarize(results: Iterable[SeedOutcome]) -> Counter[str]:
         total["runs"] += 1
         total["failed_runs"] += bool(result.violations)
         total["run_ms"] += round(result.seconds * 1000)
+        total["run_cpu_ms"] += round(result.cpu_seconds * 1000)
     return total

@@ -1,18 +1,21 @@
 """The deterministic rebalance simulation: several nodes in one process, one seed.
 
-`run_seed(seed)` builds a cluster of 3-6 simulated processes (`tests.sim.node`) over one
-`SimStore`, each behind its own seeded `FaultyStore`, and drives them with one `SimClock`:
+`run_seed(seed)` builds a cluster of 3-6 simulated processes (`tests.sim.node`: real
+`RebalanceNode`s) over one `SimStore`, each behind its own seeded `FaultyStore`, and drives
+them with one `SimClock`, in three phases:
 
-1. Fault phase (`fault_phase_s`): at random instants (the scenario's own `random.Random(seed)`)
-   a process crashes at an arbitrary await (cancelled after a random number of loop turns) and
-   is restarted later as a new boot (or stays dead), a node joins, a node leaves gracefully, a
-   process is cut off from the store for a while, or its store answers slowly. Every store
-   request may also fail before or after it applied, at per-process seeded rates. A process
-   whose lease was fenced is restarted by a supervisor after a short delay.
-2. Quiet phase: no more faults; the run ends as soon as the head equals rendezvous over the
-   live assignable processes and every live process runs it, or fails after `quiet_max_s`.
+1. Bootstrap, calm: until v1 is committed, adopted by every process and covered by a committed
+   cluster checkpoint under its fence (so the recovery path has a cut; the window before that
+   is a known liveness gap, see `test_owner_lost_before_first_checkpoint_converges`).
+2. Faults (`fault_phase_s`): every store request may fail before or after it applied, at this
+   run's seeded rates, and random events (`tests.sim.events`) crash processes at any await,
+   restart them as new boots, add and remove nodes, cut processes off the store and slow their
+   store down. A process whose lease was fenced (or that exited on a store error) is restarted
+   by a supervisor 0.5-2 s later.
+3. Quiet: no more faults; the run ends as soon as the head equals rendezvous over the live
+   assignable processes and every live process runs it, or fails after `quiet_max_s`.
 
-After every step (time moves to the next timer, then every task runs until blocked) the
+After every step (every task runs until blocked, then time moves to the next live timer) the
 checkers (`tests.sim.checkers`) look at the durable state. Time, the schedule, the faults and
 the scenario all derive from the seed, so the event trace and the digest of every store write
 replay exactly; a failure message starts with the seed and the command that replays it.
@@ -21,27 +24,25 @@ replay exactly; a failure message starts with the seed and the command that repl
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import heapq
 import itertools
-import logging
 import random
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.store.faulty import FaultConfig, FaultKind, FaultyStore
+from tests.sim import events
 from tests.sim.checkers import Checkers
+from tests.sim.events import NODES_MAX, NODES_MIN
+from tests.sim.logs import counted_logs
 from tests.sim.node import Exit, Moves, SimProcess
 from tests.sim.scheduler import SimClock, settle, turns
 from tests.sim.store import SimStore
 
 REPLAY = "python -m tests.sim.run --seed {seed}"
-NODES_MIN = 3
-NODES_MAX = 6
 
 
 @dataclass(frozen=True)
@@ -87,43 +88,13 @@ def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:
 
 def run_simulation(simulation: Simulation) -> SimResult:
     """Run a built simulation (a scripted subclass, say) as `run_seed` does."""
-    with _counted_logs(simulation.warnings):
+    with counted_logs(simulation.warnings):
         try:
             return asyncio.run(simulation.run())
         except Exception as error:  # reported with the seed, never lost
             detail = "".join(traceback.format_exception(error))
             simulation.checkers.fail(0, f"the simulation raised:\n{detail}")
             return simulation.result()
-
-
-class _WarningCounter(logging.Handler):
-    """Counts the library's warnings by message: a failing run shows its most repeated ones
-    (a node stuck retrying the same step names the step)."""
-
-    def __init__(self, counts: Counter[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.counts = counts
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.counts[f"{record.name.rsplit('.', 1)[-1]}: {record.getMessage()[:240]}"] += 1
-
-
-@contextlib.contextmanager
-def _counted_logs(counts: Counter[str]) -> Iterator[None]:
-    """The nodes log every retried failure; thousands of runs would drown the output, so the
-    library's records are counted here and not propagated."""
-    root = logging.getLogger("laminar_cluster")
-    level, propagate = root.level, root.propagate
-    handler = _WarningCounter(counts)
-    root.setLevel(logging.WARNING)
-    root.propagate = False
-    root.addHandler(handler)
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        root.propagate = propagate
 
 
 class Simulation:
@@ -146,7 +117,7 @@ class Simulation:
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.stores: list[FaultyStore] = []  # every boot's, for the fault figures
         self.gone: set[int] = set()  # crashed for good, or left
-        self.rates = self._draw_rates()
+        self.rates = events.draw_rates(self)
         self._timed: list[tuple[float, int, str, Callable[[], Awaitable[None]]]] = []
         self._order = itertools.count()
         self._group: asyncio.TaskGroup | None = None
@@ -160,7 +131,7 @@ class Simulation:
             first = self.rng.randint(NODES_MIN, NODES_MAX)
             self.note(f"seed {self.seed}: {first} nodes, {self.vnode_count} vnodes")
             for node_id in range(1, first + 1):
-                self._start(node_id)
+                self.start(node_id)
             if await self._bootstrap():
                 await self._faults()
                 await self._quiet()
@@ -201,13 +172,13 @@ class Simulation:
         for process in self.processes.values():
             process.store.config = self.rates
         fault_end = self.clock.monotonic() + config.fault_phase_s
-        next_event = self._next_event_at()
+        next_event = events.next_event_at(self)
         while self.clock.monotonic() < fault_end:
             await self._step(until=min(next_event, fault_end))
             if self.clock.monotonic() >= next_event:
                 if config.faults:
-                    await self._random_event()
-                next_event = self._next_event_at()
+                    await events.random_event(self)
+                next_event = events.next_event_at(self)
 
     def result(self) -> SimResult:
         self._finish_figures()
@@ -307,7 +278,7 @@ class Simulation:
         return all(p.engine is not None and p.engine.registry().version == head for p in live)
 
     # -- processes -----------------------------------------------------------------------------
-    def _start(self, node_id: int) -> None:
+    def start(self, node_id: int) -> None:
         assert self._group is not None
         store = FaultyStore(
             self.store,
@@ -342,7 +313,7 @@ class Simulation:
         if process.exit in (Exit.FENCED, Exit.ERROR):
             delay = self.rng.uniform(0.5, 2.0)
             self.note(f"node {node_id} exited ({process.exit.value}); restart in {delay:.2f} s")
-            self._later(delay, "restart", lambda: self._restart(node_id))
+            self.later(delay, "restart", lambda: self._restart(node_id))
         elif process.exit in (Exit.LEFT, Exit.LEAVE_TIMEOUT):
             self.note(f"node {node_id} exited ({process.exit.value})")
             self.gone.add(node_id)
@@ -351,7 +322,7 @@ class Simulation:
         if node_id in self.tasks:
             return
         self.note(f"node {node_id} restarts")
-        self._start(node_id)
+        self.start(node_id)
 
     def _stop_all(self) -> None:
         for node_id, task in self.tasks.items():
@@ -359,57 +330,6 @@ class Simulation:
             task.cancel()
 
     # -- scenario events -----------------------------------------------------------------------
-    def _draw_rates(self) -> FaultConfig:
-        rng = self.rng
-        if not self.config.faults:
-            return FaultConfig()
-        return FaultConfig(
-            error_before_rate=rng.choice((0.0, 0.01, 0.03)),
-            error_after_rate=rng.choice((0.0, 0.01, 0.02)),
-            conflict_after_rate=rng.choice((0.0, 0.005)),
-            phantom_conflict_rate=rng.choice((0.0, 0.005)),
-        )
-
-    def _next_event_at(self) -> float:
-        return self.clock.monotonic() + self.rng.expovariate(1 / self.config.event_every_s)
-
-    def _running(self) -> list[int]:
-        return sorted(n for n, p in self.processes.items() if n in self.tasks and p.active())
-
-    async def _random_event(self) -> None:
-        kinds = ["crash", "crash", "join", "leave", "cut", "slow"]
-        kind = self.rng.choice(kinds)
-        running = self._running()
-        members = len(running) + sum(1 for entry in self._timed if entry[2] == "restart")
-        if kind == "crash" and len(running) > 1:
-            await self._crash(self.rng.choice(sorted(self.tasks)))
-        elif kind == "join" and members < NODES_MAX:
-            node_id = max(self.processes) + 1
-            self.note(f"node {node_id} joins")
-            self.figures["joins"] += 1
-            self._start(node_id)
-        elif kind == "leave" and len(running) > 2:
-            node_id = self.rng.choice(running)
-            if self.processes[node_id].request_leave():
-                self.note(f"node {node_id} asked to leave")
-                self.figures["leaves"] += 1
-        elif kind == "cut" and running:
-            self._cut(self.rng.choice(running))
-        elif kind == "slow" and running:
-            self._slow(self.rng.choice(running))
-
-    async def _crash(self, node_id: int) -> None:
-        count = self.rng.randrange(self.config.crash_turns_max)
-        if not await self.kill(node_id, after_turns=count):
-            return
-        if self.rng.random() < 0.8:
-            delay = self.rng.uniform(0.2, 4.0)
-            self.note(f"node {node_id} crashed after {count} turns; restart in {delay:.2f} s")
-            self._later(delay, "restart", lambda: self._restart(node_id))
-        else:
-            self.note(f"node {node_id} crashed after {count} turns; stays down")
-            self.gone.add(node_id)
-
     async def kill(self, node_id: int, *, after_turns: int) -> bool:
         """Cancel every task of `node_id`'s process after `after_turns` loop turns (so at
         whatever await it reached); False when it had already exited by then."""
@@ -425,33 +345,18 @@ class Simulation:
         self.figures["crashes"] += 1
         return True
 
+    def running(self) -> list[int]:
+        """Node ids whose process runs and is active."""
+        return sorted(n for n, p in self.processes.items() if n in self.tasks and p.active())
+
+    def pending(self, kind: str) -> int:
+        """How many timed actions of `kind` are due later."""
+        return sum(1 for entry in self._timed if entry[2] == kind)
+
     def restart_later(self, node_id: int, delay_s: float) -> None:
-        self._later(delay_s, "restart", lambda: self._restart(node_id))
+        self.later(delay_s, "restart", lambda: self._restart(node_id))
 
-    def _cut(self, node_id: int) -> None:
-        process = self.processes[node_id]
-        start = self.clock.monotonic()
-        length = self.rng.uniform(0.5, 4.0)
-        store = process.store
-        store.config = dataclasses.replace(store.config, outages=((start, start + length),))
-        self.figures["cutoffs"] += 1
-        self.note(f"node {node_id} cut off from the store for {length:.2f} s")
-
-    def _slow(self, node_id: int) -> None:
-        process = self.processes[node_id]
-        store = process.store
-        latency = self.rng.uniform(0.05, 0.8)
-        store.config = dataclasses.replace(store.config, latency_s_min=0.0, latency_s_max=latency)
-        length = self.rng.uniform(1.0, 4.0)
-        self.figures["slow_windows"] += 1
-        self.note(f"node {node_id} store latency up to {latency:.2f} s for {length:.2f} s")
-
-        async def restore() -> None:
-            store.config = dataclasses.replace(store.config, latency_s_max=0.0)
-
-        self._later(length, "fault", restore)
-
-    def _later(self, delay: float, kind: str, action: Callable[[], Awaitable[None]]) -> None:
+    def later(self, delay: float, kind: str, action: Callable[[], Awaitable[None]]) -> None:
         entry = (self.clock.monotonic() + delay, next(self._order), kind, action)
         heapq.heappush(self._timed, entry)
 
