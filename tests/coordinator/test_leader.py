@@ -199,13 +199,12 @@ def test_ids_are_never_reused_after_an_abort(url: str) -> None:
             aborted = await checkpoint(cluster, deadline_s=1.0)
         assert not aborted.success
         first = (await prepared_ids(cluster))[-1]
-        before = (await cluster.store.get(prepare_path(first))).body
         async with cluster.running(list(participants.values())):
             committed = await checkpoint(cluster)
         assert committed.success, committed.error
         assert committed.checkpoint_id > first  # DC-1
-        assert (await prepared_ids(cluster)) == [first, committed.checkpoint_id]
-        assert (await cluster.store.get(prepare_path(first))).body == before  # create-only
+        # DC-13: the Commit's retention step deleted the aborted attempt's prepare.
+        assert (await prepared_ids(cluster)) == [committed.checkpoint_id]
         assert (await outcome_of(cluster, first)).verdict is CheckpointVerdict.ABORT
         assert hosts[3].cuts == [CheckpointAttempt.canonical(committed.checkpoint_id)]
 
@@ -249,7 +248,8 @@ def test_no_checkpoint_without_a_leader_proof(url: str) -> None:
 
 def test_leader_requests_per_checkpoint_are_bounded(tmp_path: Path) -> None:
     """3 participants x 256 vnodes on file://: one GET per partial, manifest and output, and a
-    few for the authority (the figures in the protocol's Limits)."""
+    few for the authority; the retention step's deletes (the figures in the protocol's
+    Limits)."""
     owners = tuple(1 + v % 3 for v in range(256))
 
     async def body(cluster: Cluster) -> None:
@@ -271,7 +271,9 @@ def test_leader_requests_per_checkpoint_are_bounded(tmp_path: Path) -> None:
         assert warm.success and result.success, (warm.error, result.error)
         partial_gets, node_gets = 256, 3 + 3  # manifests and outputs
         assert partial_gets + node_gets <= store.requests["get"] <= partial_gets + node_gets + 30
-        assert store.requests["put"] <= 8 and store.requests["delete"] == 0
-        assert store.requests["list"] <= 2 + 20 / 0.05  # one per poll within the checkpoint
+        assert store.requests["put"] <= 8  # prepare, ID, capsule, outcome, sink commit marker
+        # DC-13: the previous committed attempt's prepare and 256 partials.
+        assert store.requests["delete"] == 1 + 256
+        assert store.requests["list"] <= 3 + 20 / 0.05  # one per poll, one for retention
 
     run(f"file://{tmp_path / 'store'}?fsync=false", body, owners=owners)

@@ -1,6 +1,7 @@
 """The committed-output reader (runtime/output.py): an output is visible only under a cluster
-Commit (real outcomes through a LeaderLeaseStore), from a participant of the committed fence
-whose manifest is the one the recovery capsule names and names the output's SHA-256."""
+Commit (real outcomes through a LeaderLeaseStore) or its sink commit marker (DC-12), from a
+participant of the committed fence whose manifest is the one the recovery capsule names and
+names the output's SHA-256."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
     CheckpointAttempt,
+    CheckpointOutcome,
     CheckpointVerdict,
     FenceParticipant,
     LeaderProof,
@@ -19,11 +21,18 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import RealClock
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.objects import encode_record, output_of
-from laminar_cluster.coordinator.paths import manifest_path, output_path
+from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_commit_path
 from laminar_cluster.coordinator.records import ParticipantManifest
+from laminar_cluster.coordinator.sink_commits import sink_commit_from_outcome, write_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
+from laminar_cluster.lease.cluster_outcomes import (
+    cluster_outcome,
+    cluster_outcome_retention_boundary,
+    cluster_outcomes,
+    prune_cluster_outcomes_before,
+    record_cluster_outcome,
+)
 from laminar_cluster.runtime.output import (
     AggregateRecord,
     CommittedOutput,
@@ -35,6 +44,7 @@ from laminar_cluster.runtime.output import (
 )
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from tests.checkpoint.test_capsule import BOOT_1, BOOT_2, FENCE, make_capsule
+from tests.coordinator.support import make_cluster
 from tests.lease.test_cluster_outcome_helpers import deadline, elect, open_leader
 
 NODE_1 = FenceParticipant(node_id=1, boot_incarnation=BOOT_1)
@@ -274,3 +284,94 @@ def test_aggregate_record_format() -> None:
         with pytest.raises(CorruptRecord):
             decode_aggregate_records(data)
     assert aggregate_committed([(1, 2, 3), (1, -1, 5), (0, 1, 1)]) == {0: (1, 1), 1: (1, 8)}
+
+
+def test_committed_output_survives_outcome_compaction_and_flooring() -> None:
+    """72 real checkpoints (2 nodes, 2 vnodes, a fake host): the authority compacts its outcome
+    history (a terminal floor), then its artifact floor is advanced past the first 60 Commits,
+    which leave the live outcome list; their sink commit markers keep their output committed
+    (DC-12), as retention kept their outputs and manifests (DC-13)."""
+
+    async def main() -> None:
+        cluster = await make_cluster("memory://", owners=(1, 2))
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]
+        ids = []
+        async with cluster.running(participants):
+            for _ in range(72):
+                result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline())
+                assert result.success, result.error
+                ids.append(result.checkpoint_id)
+        expected = [f"out-{n}-{a}".encode() for a in ids for n in (1, 2)]
+
+        async def committed_output() -> CommittedOutput[bytes]:
+            return await read_committed_output(
+                cluster.authority, lambda data: [data], deadline=cluster.deadline()
+            )
+
+        boundary = await cluster_outcome_retention_boundary(cluster.authority)
+        assert boundary.terminal_before_epoch > ids[0]  # compacted at 64 live outcomes
+        result = await committed_output()
+        assert result.attempts == tuple(ids) and result.records == expected
+        assert result.hidden == ()
+
+        async def no_check(_: CheckpointOutcome) -> None:
+            return None
+
+        floor = await prune_cluster_outcomes_before(
+            cluster.authority, cluster.proof, ids[60], no_check, deadline=cluster.deadline()
+        )
+        assert floor == ids[60]
+        live = [o.checkpoint_id for o in await cluster_outcomes(cluster.authority)]
+        assert ids[0] not in live and ids[59] not in live and ids[60] in live
+        result = await committed_output()
+        assert result.attempts == tuple(ids) and result.records == expected
+        # Without its marker, a Commit below the floor is no longer known to the reader.
+        await cluster.store.delete(sink_commit_path(ids[0]))
+        result = await committed_output()
+        assert result.attempts == tuple(ids[1:]) and result.records == expected[2:]
+
+    asyncio.run(main())
+
+
+def test_a_sink_commit_must_agree_with_the_authority_and_the_manifests() -> None:
+    async def main() -> None:
+        store = open_store("memory://")
+        leader = open_leader(store, 1)
+        proof = await elect(leader)
+        manifests = {
+            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+        }
+        await decide(leader, proof, 1, manifests)
+        outcome = await cluster_outcome(leader, 1)
+        assert outcome is not None
+        marker = await sink_commit_from_outcome(store, leader.require_decisions(), outcome)
+        await write_sink_commit(store, marker)
+        result = await committed(store)  # the same, through the marker
+        assert result.records == [(1, 1, 1), (2, 1, 1)] and result.attempts == (1,)
+        # A marker naming another output than the manifest does.
+        wrong = msgspec.structs.replace(
+            marker,
+            outputs=(
+                marker.outputs[0],
+                msgspec.structs.replace(marker.outputs[1], output_sha256="ab" * 32),
+            ),
+        )
+        await store.put(sink_commit_path(1), encode_record(wrong, key="marker"), OVERWRITE)
+        with pytest.raises(CorruptRecord, match="sink commit names another output of node 2"):
+            await committed(store)
+        await store.put(sink_commit_path(1), encode_record(marker, key="marker"), OVERWRITE)
+        # A marker of an attempt the authority shows aborted (above the artifact floor).
+        await stage(store, 2, NODE_1, [(1, 9, 9)])
+        await stage(store, 2, NODE_2, [(2, 9, 9)])
+        await decide(leader, proof, 2, None)
+        forged = msgspec.structs.replace(
+            marker,
+            attempt=CheckpointAttempt.canonical(2),
+            capsule=msgspec.structs.replace(marker.capsule, epoch=2, checkpoint_id=2),
+        )
+        await write_sink_commit(store, forged)
+        with pytest.raises(CorruptRecord, match="sink commit of an attempt with no live Commit"):
+            await committed(store)
+
+    asyncio.run(main())

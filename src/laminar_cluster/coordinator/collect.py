@@ -48,6 +48,7 @@ class Sealed:
     participant: FenceParticipant
     vnodes: tuple[int, ...]
     manifest_sha256: str
+    output_sha256: str  # the output its manifest names (verified)
     offsets: dict[str, int]  # union of its partials' source offsets
 
 
@@ -156,6 +157,7 @@ async def verify_participant(
         participant=participant,
         vnodes=vnodes,
         manifest_sha256=sha256_hex(body),
+        output_sha256=manifest.output_sha256,
         offsets=union_offsets([p.offsets for p in partials], what=key),
     )
 

@@ -17,7 +17,13 @@ It implements `rebalance.handoff_checkpoint.Checkpointer`, so it is what
    union of the partials' source offsets, portable, chained to the previous committed capsule),
    then the cluster Commit outcome (DC-2: no Commit without every manifest verified);
 7. a participant missing at the deadline, or a manifest that cannot verify: the cluster Abort
-   outcome (no capsule), success=False naming the nodes.
+   outcome (no capsule), success=False naming the nodes;
+8. DC-12: after our Commit, the sink's `committed.json` marker; before step 2 of every call,
+   the markers of live Commits a crashed leader left missing are repaired;
+9. DC-13: after our Commit, one bounded retention step: the prepare and partials of older
+   committed attempts, and every object of attempts that can never commit, deleted.
+
+Steps 8 and 9 are `upkeep.LeaderUpkeep`'s, best effort: they never change the call's result.
 
 Calls are serialized. Expected failures come back as success=False, never raised; cancellation
 propagates.
@@ -49,6 +55,7 @@ from laminar_cluster.coordinator.collect import Collection, Sealed, collect_acks
 from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.coordinator.upkeep import LeaderUpkeep
 from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.cluster_outcomes import (
@@ -82,6 +89,9 @@ class CheckpointStats:
     duration_s: float
     polls: int
     missing: tuple[int, ...]
+    markers_repaired: int = 0  # sink commit markers of earlier Commits written by this call
+    deleted: int = 0  # attempt objects the retention step deleted
+    retention_s: float = 0.0  # its duration (not in duration_s)
 
 
 class ClusterCheckpointer:
@@ -114,6 +124,7 @@ class ClusterCheckpointer:
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
+        self.upkeep = LeaderUpkeep(self.store, decisions, authority)
 
     async def __call__(
         self,
@@ -145,6 +156,7 @@ class ClusterCheckpointer:
                 "cluster checkpoint failed: no owner map matching fence "
                 f"v{fence.assignment_version} is known locally"
             )
+        repaired = await self.upkeep.repair_markers()  # DC-12
         await self._settle_previous(proof, deadline=deadline)  # DC-7
         started_s = self.clock.monotonic()
         attempt = CheckpointAttempt.canonical(await self._allocate(deadline=deadline))  # DC-1
@@ -168,12 +180,20 @@ class ClusterCheckpointer:
         )
         self._recorded = None
         result = await self._decide(prepare, collection, deadline=deadline)
+        duration_s = self.clock.monotonic() - started_s
+        retention_started_s = self.clock.monotonic()
+        step = None
+        if result.success:
+            step = await self.upkeep.retain(attempt.checkpoint_id, fence, deadline=deadline)
         self.last = CheckpointStats(
             checkpoint_id=attempt.checkpoint_id,
             verdict=self._recorded,
-            duration_s=self.clock.monotonic() - started_s,
+            duration_s=duration_s,
             polls=collection.polls,
             missing=tuple(collection.missing(fence)),
+            markers_repaired=repaired,
+            deleted=0 if step is None else step.deleted,
+            retention_s=self.clock.monotonic() - retention_started_s,
         )
         return result
 
@@ -206,6 +226,14 @@ class ClusterCheckpointer:
             return _failed(f"{name} aborted: the authority refused its Commit: {error}")
         if not outcome.is_commit():
             return _failed(f"{name} was already decided as {outcome.verdict.value}")
+        outputs = None
+        if outcome.recovery_capsule == ref:
+            sealed = collection.sealed
+            outputs = [
+                (sealed[p.node_id].participant, sealed[p.node_id].output_sha256)
+                for p in fence.participants
+            ]
+        await self.upkeep.mark(outcome, outputs)  # DC-12
         return CheckpointResult(
             success=True, epoch=attempt.epoch, checkpoint_id=attempt.checkpoint_id
         )

@@ -30,6 +30,7 @@ from laminar_cluster.coordinator.paths import (
 from laminar_cluster.coordinator.records import (
     CheckpointPrepare,
     ParticipantManifest,
+    SinkCommit,
     SinkOutput,
     VnodePartial,
 )
@@ -43,6 +44,7 @@ MAX_PREPARE_BYTES: Final = 262_144  # two fences of 129 participants, a proof: a
 MAX_PARTIAL_BYTES: Final = 16_777_216  # one vnode's state (base64) and offsets
 MAX_OUTPUT_BYTES: Final = 67_108_864  # one participant's sink records of one attempt (base64)
 MAX_MANIFEST_BYTES: Final = 8_388_608  # 65,535 vnodes with their digests: about 4.8 MiB
+MAX_SINK_COMMIT_BYTES: Final = 262_144  # a fence and 129 output digests: about 40 KiB
 RECORD_VERSION: Final = 1
 IO_CONCURRENCY: Final = 32  # per-object requests in flight at once, per caller
 
@@ -221,4 +223,5 @@ _LIMITS: Final[dict[type, int]] = {
     VnodePartial: MAX_PARTIAL_BYTES,
     SinkOutput: MAX_OUTPUT_BYTES,
     ParticipantManifest: MAX_MANIFEST_BYTES,
+    SinkCommit: MAX_SINK_COMMIT_BYTES,
 }

@@ -7,6 +7,7 @@ compares (docs/protocols/distributed-checkpoint.md, "Objects").
 | `checkpoints/attempt={id:020}/vnode={v:05}.json` | VnodePartial |
 | `checkpoints/attempt={id:020}/output/node={n:020}.json` | SinkOutput |
 | `checkpoints/attempt={id:020}/manifest/node={n:020}.json` | ParticipantManifest |
+| `checkpoints/attempt={id:020}/committed.json` | SinkCommit |
 
 Attempt IDs are zero-padded so that listing order is numeric order: a participant finds newer
 attempts by listing after `after_attempt(id)`, the first key past every key of attempt `id`.
@@ -16,6 +17,7 @@ then require that formatting the parsed value gives back exactly the same path.
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Final
 
@@ -32,6 +34,7 @@ _PREPARE = re.compile(_ATTEMPT + r"prepare\.json")
 _PARTIAL = re.compile(_ATTEMPT + r"vnode=([0-9]{5})\.json")
 _OUTPUT = re.compile(_ATTEMPT + r"output/node=([0-9]{20})\.json")
 _MANIFEST = re.compile(_ATTEMPT + r"manifest/node=([0-9]{20})\.json")
+_SINK_COMMIT = re.compile(_ATTEMPT + r"committed\.json")
 
 
 def attempt_prefix(checkpoint_id: int) -> str:
@@ -74,6 +77,10 @@ def manifest_prefix(checkpoint_id: int) -> str:
 def manifest_path(checkpoint_id: int, node_id: int) -> str:
     _check_id(node_id, what="node id", minimum=0)
     return f"{manifest_prefix(checkpoint_id)}node={node_id:020d}.json"
+
+
+def sink_commit_path(checkpoint_id: int) -> str:
+    return f"{attempt_prefix(checkpoint_id)}committed.json"
 
 
 def parse_attempt_key(key: str) -> int:
@@ -126,6 +133,40 @@ def parse_manifest_path(key: str) -> tuple[int, int]:
     checkpoint_id, node_id = _parsed_id(key, match.group(1)), _parsed_node(key, match.group(2))
     _require(key, manifest_path(checkpoint_id, node_id))
     return checkpoint_id, node_id
+
+
+def parse_sink_commit_path(key: str) -> int:
+    match = _SINK_COMMIT.fullmatch(key)
+    if match is None:
+        raise CorruptRecord(f"{key}: not a sink commit marker path", key=key)
+    checkpoint_id = _parsed_id(key, match.group(1))
+    _require(key, sink_commit_path(checkpoint_id))
+    return checkpoint_id
+
+
+class AttemptObject(enum.Enum):
+    """The kinds of object of one attempt."""
+
+    PREPARE = "prepare"
+    PARTIAL = "partial"
+    OUTPUT = "output"
+    MANIFEST = "manifest"
+    SINK_COMMIT = "sink commit"
+
+
+def parse_attempt_object(key: str) -> tuple[int, AttemptObject]:
+    """(attempt ID, kind) of a canonical attempt object path; CorruptRecord for any other key."""
+    if key.endswith("/prepare.json"):
+        return parse_prepare_path(key), AttemptObject.PREPARE
+    if key.endswith("/committed.json"):
+        return parse_sink_commit_path(key), AttemptObject.SINK_COMMIT
+    if "/vnode=" in key:
+        return parse_partial_path(key)[0], AttemptObject.PARTIAL
+    if "/output/" in key:
+        return parse_output_path(key)[0], AttemptObject.OUTPUT
+    if "/manifest/" in key:
+        return parse_manifest_path(key)[0], AttemptObject.MANIFEST
+    raise CorruptRecord(f"{key}: not an object of a checkpoint attempt", key=key)
 
 
 def _check_id(value: int, *, what: str = "checkpoint ID", minimum: int = 1) -> None:

@@ -11,6 +11,10 @@ Under `checkpoints/attempt={id:020}/`:
 * `manifest/node={id:020}.json` (`ParticipantManifest`): the participant's ack: its vnodes, the
   SHA-256 of each partial and of its output. Written last; its SHA-256 is the participant's
   `manifest_sha256` in the recovery capsule.
+* `committed.json` (`SinkCommit`): the sink's own durable commit marker, written by the leader
+  once the attempt's cluster Commit is recorded: the capsule, the fence and each participant's
+  committed output digest. The committed-output reader lists these, so committed output stays
+  visible after the authority compacts its outcome history (DC-12).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAttempt,
     FenceParticipant,
     LeaderProof,
+    RecoveryCapsuleRef,
 )
 from laminar_cluster.codec import U16, U64, Record
 from laminar_cluster.lease.records import AssignmentDrainTransition
@@ -58,3 +63,18 @@ class ParticipantManifest(Record):
     vnodes: tuple[U16, ...]
     partial_sha256: tuple[str, ...]  # in `vnodes` order
     output_sha256: str
+
+
+class SinkCommitOutput(Record):
+    """One participant's committed output: the SHA-256 its verified manifest names."""
+
+    participant: FenceParticipant
+    output_sha256: str
+
+
+class SinkCommit(Record):
+    version: Literal[1]
+    attempt: CheckpointAttempt
+    capsule: RecoveryCapsuleRef  # the recovery capsule of the attempt's cluster Commit
+    fence: CheckpointAssignmentFence
+    outputs: tuple[SinkCommitOutput, ...]  # one per capsule participant, in node order

@@ -8,8 +8,9 @@ to the digest that participant's manifest holds for it, the manifest itself hash
 capsule's digest. Anything else is CorruptRecord: report it, never restore from it.
 
 `load_cuts` restores vnodes (handoff, recovery); `load_outputs` reads the committed sink output
-of every participant (the exactly-once sink's reader). Both take a capsule of a Commit outcome:
-a capsule alone does not prove its attempt committed.
+of every participant (the exactly-once sink's reader); `capsule_manifests` gives every
+participant's verified manifest (the leader's sink commit markers, DC-12). All take a capsule of
+a Commit outcome: a capsule alone does not prove its attempt committed.
 """
 
 from __future__ import annotations
@@ -87,6 +88,21 @@ async def load_outputs(
                 store, capsule.attempt, _fence_participant(participant), manifest.output_sha256
             )
         return outputs
+
+
+async def capsule_manifests(
+    store: ObjectStore, capsule: ClusterRecoveryCapsule
+) -> list[ParticipantManifest]:
+    """Each capsule participant's manifest, in capsule (node) order, each checked against the
+    capsule's digest, participant and vnodes (CorruptRecord otherwise)."""
+
+    def reader(participant: CapsuleParticipant) -> Callable[[], Awaitable[ParticipantManifest]]:
+        async def read() -> ParticipantManifest:
+            return await _manifest(store, capsule, participant)
+
+        return read
+
+    return await gather_bounded([reader(p) for p in capsule.participants])
 
 
 async def _participant_cuts(

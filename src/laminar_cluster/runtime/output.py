@@ -8,6 +8,10 @@ reference aggregation's output is the msgspec msgpack encoding of a list of
 participant's last committed checkpoint (`encode_aggregate_records`). `read_committed_output`
 lists the outputs of every committed attempt and shows those the visibility rules allow;
 `aggregate_committed` folds aggregate records into count and sum per key.
+
+The committed attempts are those with a sink commit marker (`committed.json`, DC-12: it stays
+when the authority compacts or floors its outcome history), plus every live cluster Commit
+without one (a leader that crashed before writing it; the next leader repairs it).
 """
 
 from __future__ import annotations
@@ -22,15 +26,29 @@ from typing import Final, Generic, TypeVar
 import msgspec
 
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointOutcome
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    CheckpointAttempt,
+    FenceParticipant,
+    RecoveryCapsuleRef,
+)
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import I64, U64, sha256_hex
 from laminar_cluster.coordinator.objects import gather_bounded, read_manifest, read_record
-from laminar_cluster.coordinator.paths import attempt_prefix, output_path, parse_output_path
-from laminar_cluster.coordinator.records import SinkOutput
+from laminar_cluster.coordinator.paths import (
+    ATTEMPTS_PREFIX,
+    AttemptObject,
+    attempt_prefix,
+    output_path,
+    parse_attempt_object,
+    parse_output_path,
+    sink_commit_path,
+)
+from laminar_cluster.coordinator.records import SinkCommit, SinkOutput
+from laminar_cluster.coordinator.sink_commits import read_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome_inventory
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
 
@@ -38,6 +56,8 @@ T = TypeVar("T")
 
 DecodeRecords = Callable[[bytes], Sequence[T]]
 OUTPUTS_PER_ATTEMPT_MAX: Final = 1_000  # one output per participant; a fence has far fewer
+LIST_PAGE_KEYS: Final = 10_000
+LIST_PAGES_MAX: Final = 100_000  # the marker listing's count bound; the deadline ends it first
 
 AggregateRecord = tuple[int, int, int]  # (key, count_delta, sum_delta)
 
@@ -90,6 +110,16 @@ class CommittedOutput(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
+class _Committed:
+    """One committed attempt as its marker or its live Commit names it."""
+
+    attempt: CheckpointAttempt
+    capsule: RecoveryCapsuleRef
+    fence: CheckpointAssignmentFence
+    outputs: dict[FenceParticipant, str] | None  # the marker's output digests (None: no marker)
+
+
+@dataclass(frozen=True, slots=True)
 class _Attempt(Generic[T]):
     checkpoint_id: int
     visible: list[tuple[int, Sequence[T]]]  # (node id, records)
@@ -107,20 +137,20 @@ async def read_committed_output(
 ) -> CommittedOutput[T]:
     """Every committed output (§1.9: visible only once its attempt's cluster outcome is Commit).
 
-    An output `checkpoints/attempt={id}/output/node={n}.json` is shown only if the live cluster
-    outcome of attempt `id` is Commit, its participant is in that outcome's fence and in the
-    recovery capsule, the participant's manifest is the one the capsule names (by SHA-256), and
-    that manifest names the output's SHA-256 (DC-11). Other outputs of committed attempts, and
-    outputs a capsule commits but the store lacks, are reported in `hidden`; attempts without a
-    live Commit (aborted, unresolved, or below the outcome floor) are not read. Malformed
-    objects are CorruptRecord.
+    An output `checkpoints/attempt={id}/output/node={n}.json` is shown only if attempt `id`
+    committed (its sink commit marker, or its live cluster Commit), its participant is in the
+    committed fence and in the recovery capsule, the participant's manifest is the one the
+    capsule names (by SHA-256), and that manifest names the output's SHA-256 (DC-11), which is
+    the digest the marker holds for it (DC-12). Other outputs of committed attempts, and
+    outputs a capsule commits but the store lacks, are reported in `hidden`; attempts with
+    neither a marker nor a live Commit (aborted, unresolved) are not read. Malformed objects,
+    and a marker that disagrees with its capsule, its live Commit or a manifest, are
+    CorruptRecord.
     """
     async with within_deadline(authority.clock, deadline, "read committed output"):
-        outcomes = await cluster_outcomes(authority)
-        commits = [o for o in outcomes if o.is_commit() and o.attempt.is_canonical()]
+        committed = await _committed_attempts(authority)
         attempts = await gather_bounded(
-            functools.partial(_read_attempt, authority, outcome, decode_records)
-            for outcome in commits
+            functools.partial(_read_attempt, authority, c, decode_records) for c in committed
         )
     records: list[T] = []
     hidden: list[HiddenOutput] = []
@@ -138,16 +168,74 @@ async def read_committed_output(
     )
 
 
+async def _committed_attempts(authority: LeaderLeaseStore) -> list[_Committed]:
+    """Every attempt with a marker, and every live Commit without one, ascending. A marker at or
+    above the artifact floor (where every Commit is live) must have its live Commit."""
+    markers = await _sink_commits(authority.store)
+    by_id = {c.attempt.checkpoint_id: _from_marker(c) for c in markers}
+    inventory = await cluster_outcome_inventory(authority)  # read after the markers
+    floor = inventory.retention_boundary.artifact_before_epoch
+    live = {o.checkpoint_id for o in inventory.outcomes if o.is_commit()}
+    for checkpoint_id, marker in by_id.items():
+        if marker.attempt.epoch >= floor and checkpoint_id not in live:
+            key = sink_commit_path(checkpoint_id)
+            raise CorruptRecord(f"{key}: sink commit of an attempt with no live Commit", key=key)
+    for outcome in inventory.outcomes:
+        if not outcome.is_commit() or not outcome.attempt.is_canonical():
+            continue
+        checkpoint_id = outcome.checkpoint_id
+        ref, fence = outcome.recovery_capsule, outcome.assignment_fence
+        if ref is None or fence is None:  # never passes outcome validation; checked on principle
+            raise CorruptRecord(f"cluster Commit {checkpoint_id} has no capsule or fence")
+        marked = by_id.get(checkpoint_id)
+        if marked is None:
+            by_id[checkpoint_id] = _Committed(outcome.attempt, ref, fence, None)
+        elif (marked.capsule, marked.fence) != (ref, fence):
+            key = sink_commit_path(checkpoint_id)
+            raise CorruptRecord(f"{key}: sink commit differs from the live cluster Commit", key=key)
+    return [by_id[checkpoint_id] for checkpoint_id in sorted(by_id)]
+
+
+async def _sink_commits(store: ObjectStore) -> list[SinkCommit]:
+    """Every marker under `checkpoints/attempt=` (one listing of every attempt key)."""
+    ids: list[int] = []
+    offset = None
+    for _ in range(LIST_PAGES_MAX):
+        page = await store.list(ATTEMPTS_PREFIX, offset=offset, limit=LIST_PAGE_KEYS)
+        for meta in page:
+            try:
+                checkpoint_id, kind = parse_attempt_object(meta.key)
+            except CorruptRecord:
+                continue  # a foreign key: never trusted
+            if kind is AttemptObject.SINK_COMMIT:
+                ids.append(checkpoint_id)
+        if len(page) < LIST_PAGE_KEYS:
+            break
+        offset = page[-1].key
+    found = await gather_bounded(functools.partial(read_sink_commit, store, i) for i in ids)
+    return [commit for commit in found if commit is not None]
+
+
+def _from_marker(commit: SinkCommit) -> _Committed:
+    outputs = {o.participant: o.output_sha256 for o in commit.outputs}
+    return _Committed(commit.attempt, commit.capsule, commit.fence, outputs)
+
+
 async def _read_attempt(
-    authority: LeaderLeaseStore, outcome: CheckpointOutcome, decode_records: DecodeRecords[T]
+    authority: LeaderLeaseStore, committed: _Committed, decode_records: DecodeRecords[T]
 ) -> _Attempt[T]:
-    checkpoint_id = outcome.checkpoint_id
-    ref, fence = outcome.recovery_capsule, outcome.assignment_fence
-    if ref is None or fence is None:  # never passes outcome validation; checked on principle
-        raise CorruptRecord(f"cluster Commit {checkpoint_id} has no capsule or fence")
-    capsule = await authority.require_decisions().load_recovery_capsule(ref)
-    if capsule.attempt != outcome.attempt or capsule.assignment_fence != fence:
+    checkpoint_id = committed.attempt.checkpoint_id
+    capsule = await authority.require_decisions().load_recovery_capsule(committed.capsule)
+    if capsule.attempt != committed.attempt or capsule.assignment_fence != committed.fence:
         raise CorruptRecord(f"cluster Commit {checkpoint_id} does not match its recovery capsule")
+    if committed.outputs is not None and list(committed.outputs) != [
+        FenceParticipant(node_id=p.node_id, boot_incarnation=p.boot_incarnation)
+        for p in capsule.participants
+    ]:
+        key = sink_commit_path(checkpoint_id)
+        raise CorruptRecord(
+            f"{key}: sink commit names other participants than its capsule", key=key
+        )
     manifests = {(p.node_id, p.boot_incarnation): p.manifest_sha256 for p in capsule.participants}
     prefix = f"{attempt_prefix(checkpoint_id)}output/"
     metas = await authority.store.list(prefix, limit=OUTPUTS_PER_ATTEMPT_MAX + 1)
@@ -155,7 +243,7 @@ async def _read_attempt(
         raise CorruptRecord(f"{prefix}: more than {OUTPUTS_PER_ATTEMPT_MAX} outputs", key=prefix)
     found = await gather_bounded(
         functools.partial(
-            _read_output, authority.store, outcome, manifests, meta.key, decode_records
+            _read_output, authority.store, committed, manifests, meta.key, decode_records
         )
         for meta in metas
     )
@@ -172,28 +260,28 @@ async def _read_attempt(
 
 async def _read_output(
     store: ObjectStore,
-    outcome: CheckpointOutcome,
+    committed: _Committed,
     manifests: dict[tuple[int, str], str],
     key: str,
     decode_records: DecodeRecords[T],
 ) -> tuple[int, Sequence[T]] | HiddenOutput:
     checkpoint_id, node_id = parse_output_path(key)
-    if checkpoint_id != outcome.checkpoint_id:
-        raise CorruptRecord(f"{key}: listed under attempt {outcome.checkpoint_id}", key=key)
+    attempt = committed.attempt
+    if checkpoint_id != attempt.checkpoint_id:
+        raise CorruptRecord(f"{key}: listed under attempt {attempt.checkpoint_id}", key=key)
     read = await read_record(store, key, SinkOutput)
     if read is None:
         return HiddenOutput(key, "listed output is gone")
     output, body = read
     participant = output.participant
-    if output.attempt != outcome.attempt or participant.node_id != node_id:
+    if output.attempt != attempt or participant.node_id != node_id:
         raise CorruptRecord(f"{key}: output names another attempt or node", key=key)
-    fence = outcome.assignment_fence
-    if fence is None or participant not in fence.participants:
+    if participant not in committed.fence.participants:
         return HiddenOutput(key, "participant is not in the committed fence")
     expected_manifest = manifests.get((participant.node_id, participant.boot_incarnation))
     if expected_manifest is None:
         return HiddenOutput(key, "participant is not in the recovery capsule")
-    found = await read_manifest(store, outcome.attempt, node_id)
+    found = await read_manifest(store, attempt, node_id)
     if found is None:
         return HiddenOutput(key, "participant manifest is missing")
     manifest, manifest_body = found
@@ -201,6 +289,11 @@ async def _read_output(
         return HiddenOutput(key, "manifest is not the one the recovery capsule names")
     if manifest.output_sha256 != sha256_hex(body):
         return HiddenOutput(key, "manifest names another output")
+    if committed.outputs is not None and committed.outputs.get(participant) != sha256_hex(body):
+        marker = sink_commit_path(attempt.checkpoint_id)
+        raise CorruptRecord(
+            f"{marker}: sink commit names another output of node {node_id}", key=marker
+        )
     return node_id, decode_records(_b64decode(output.records_b64, key=key))
 
 

@@ -1,0 +1,76 @@
+"""The leader's upkeep around a checkpoint call (docs/protocols/distributed-checkpoint.md,
+leader steps L0, L8, L9; DC-12, DC-13): the sink commit markers (`sink_commits`) and the
+retention of attempt objects (`retention`).
+
+All of it is best effort: a failure is logged and never changes the call's result (the Commit
+is durable; the next call repairs a missing marker and resumes the retention walk).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    CheckpointOutcome,
+    FenceParticipant,
+)
+from laminar_cluster.clock import within_deadline
+from laminar_cluster.coordinator.retention import AttemptRetention, RetentionStep, deletes_per_step
+from laminar_cluster.coordinator.sink_commits import SinkCommitWriter
+from laminar_cluster.errors import LaminarError
+from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.store import ObjectStore
+
+logger = logging.getLogger(__name__)
+
+
+class LeaderUpkeep:
+    """One leader instance's markers and retention walk (module docstring)."""
+
+    def __init__(
+        self, store: ObjectStore, decisions: DecisionStore, authority: LeaderLeaseStore
+    ) -> None:
+        self.authority = authority
+        self.clock = authority.clock
+        self.sink_commits = SinkCommitWriter(store, decisions)
+        self.retention = AttemptRetention(store, authority)
+
+    async def repair_markers(self) -> int:
+        """L0, DC-12: the markers of the live Commits above the newest one known marked; the
+        number written."""
+        try:
+            written = await self.sink_commits.repair(await cluster_outcomes(self.authority))
+        except LaminarError as error:
+            logger.warning("sink commit marker repair failed: %s", error)
+            return 0
+        if written:
+            logger.info("repaired the sink commit markers of checkpoints %s", written)
+        return len(written)
+
+    async def mark(
+        self, outcome: CheckpointOutcome, outputs: Sequence[tuple[FenceParticipant, str]] | None
+    ) -> None:
+        """L8, DC-12: the marker of the Commit this call recorded."""
+        try:
+            await self.sink_commits.committed(outcome, outputs)
+        except LaminarError as error:
+            logger.warning(
+                "checkpoint %d: sink commit marker not written: %s", outcome.checkpoint_id, error
+            )
+
+    async def retain(
+        self, checkpoint_id: int, fence: CheckpointAssignmentFence, *, deadline: float
+    ) -> RetentionStep | None:
+        """L9, DC-13: one retention step below our Commit, within half of the time left."""
+        until = self.clock.monotonic() + (deadline - self.clock.monotonic()) / 2
+        budget = deletes_per_step(fence.vnode_count, len(fence.participants))
+        try:
+            async with within_deadline(self.clock, until, "attempt retention"):
+                return await self.retention.step(checkpoint_id, max_deletes=budget)
+        except LaminarError as error:
+            logger.warning("attempt retention below checkpoint %d failed: %s", checkpoint_id, error)
+            return None
