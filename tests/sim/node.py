@@ -151,6 +151,9 @@ def node_config(node_id: int, vnode_count: int) -> NodeConfig:
         checkpoint_timeout_s=3.0,
         leave_timeout_s=20.0,
         vnode_count=vnode_count,
+        # Cheaper simulated runs: log-event detection and rival observation at poll pace.
+        monitor_interval_s=0.1,
+        observe_interval_s=0.25,
     )
 
 

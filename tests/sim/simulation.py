@@ -184,6 +184,7 @@ class Simulation:
         self._finish_figures()
         jumps = Checkers(self.store.direct(), self.clock, self.vnode_count)
         jumps.committed = self.checkers.committed
+        jumps.recovery_versions = self.checkers.recovery_versions
         jumps.check_jumps(self.moves.jumps)
         return SimResult(
             seed=self.seed,

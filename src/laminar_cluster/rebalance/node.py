@@ -197,7 +197,10 @@ class RebalanceNode:
         snapshots = AssignmentSnapshotStore(store)
         owner = LeaderLeaseOwner(node=config.node_id, boot=boot, process_term=term)
         leadership = ManagedLeadership(
-            authority, owner, LeaseManagerConfig(config.ttl_s, config.renew_interval_s), clock
+            authority,
+            owner,
+            LeaseManagerConfig(config.ttl_s, config.renew_interval_s, config.observe_interval_s),
+            clock,
         )
         controller = StoreClusterController(
             store=store,
@@ -271,7 +274,7 @@ class RebalanceNode:
             engine,
             leadership,
             self.requests,
-            interval_s=min(0.02, self.config.poll_s / 10),
+            interval_s=self.config.monitor_interval_s or min(0.02, self.config.poll_s / 10),
             stats_interval_s=self.config.stats_interval_s,
         )
         watcher = SnapshotWatcher(ctx, self.metrics)

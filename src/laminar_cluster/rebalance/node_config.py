@@ -29,6 +29,10 @@ class NodeConfig:
     leave_timeout_s: float = 120.0
     vnode_count: int = VNODE_COUNT_DEFAULT
     stats_interval_s: float = 0.0  # > 0: log the store request counters this often
+    # How often the monitor turns state changes into log events (None: min(20 ms, poll / 10)).
+    monitor_interval_s: float | None = None
+    # How often a rival re-reads the leader lease head while it observes (None: renew / 4).
+    observe_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.node_id < 1:

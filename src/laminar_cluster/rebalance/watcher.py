@@ -31,6 +31,7 @@ import asyncio
 import logging
 from typing import Final
 
+from laminar_cluster.assignment.digest import drain_id
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.rebalance.audits import (
@@ -48,7 +49,7 @@ from laminar_cluster.rebalance.gates import (
     try_suspend_recovery_assignment_authority,
 )
 from laminar_cluster.rebalance.graceful import prepare_and_announce_local_drain
-from laminar_cluster.rebalance.interfaces import Adoption, ShuffleNotReady
+from laminar_cluster.rebalance.interfaces import Adoption, ShuffleNotReady, SourceDrainOutcome
 from laminar_cluster.rebalance.recovery import (
     prepare_watched_recovery_adoption,
     release_after_recovery_adoption,
@@ -139,6 +140,7 @@ class SnapshotWatcher(WatcherState):
                     head_deadline, f"assignment {head.assignment_version} audit failed: {error}"
                 )
                 return
+            await self._drop_drain_superseded_by_recovery(head, outcome, head_deadline)
             proceed, revision = await self.settle_terminal_drain(
                 head, outcome.terminal, head_deadline, revision
             )
@@ -347,6 +349,37 @@ class SnapshotWatcher(WatcherState):
             timeout_s=self.ctx.config.checkpoint_timeout_s,
             metrics=self.metrics,
         )
+
+    async def _drop_drain_superseded_by_recovery(
+        self,
+        head: AssignmentSnapshot,
+        outcome: AuditedAssignmentAuthority,
+        deadline: float,
+    ) -> None:
+        """A recovery generation above the target of the drain this process acked makes that
+        drain moot: recovery restores every owned vnode cold from its checkpoint, whatever the
+        drain's verdict was. Its sources are released (Abort) and the drain forgotten, instead
+        of settling it through an edge that recovery's prune may already have removed (the
+        predecessor of its terminal), which would wedge this follower below the head."""
+        transition = self.active_local_drain
+        if (
+            transition is None
+            or not outcome.is_recovery
+            or head.assignment_version <= transition.target.assignment_version
+        ):
+            return
+        round_id = drain_id(transition)
+        try:
+            await self.ctx.engine.resolve_local_source_drain(
+                round_id, SourceDrainOutcome.ABORT, deadline=deadline
+            )
+        except STEP_FAILURES as error:
+            logger.warning("drain %s: release before recovery failed: %s", round_id, error)
+            return
+        logger.info(
+            "drain %s superseded by recovery assignment %d", round_id, head.assignment_version
+        )
+        self.clear_active_drain()
 
     async def settle_terminal_drain(
         self,
