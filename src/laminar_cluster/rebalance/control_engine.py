@@ -339,7 +339,7 @@ class ControlEngine:
         self._record("enter_stopped_recovery", f"v{self._registry.version}")
         self._runtime_cancelled = True
         self._coordinated_recovery = True
-        if self._state is EngineState.RUNNING:
+        if self._state in (EngineState.RUNNING, EngineState.FAULTED):
             self._state = EngineState.CREATED
         self._source_gate_closed = True
         self._drop_fence()
