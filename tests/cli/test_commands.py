@@ -89,9 +89,16 @@ def test_bench_store_runs_against_s3(s3_server: S3Server) -> None:
 
 @pytest.mark.processes
 def test_demo_runs_end_to_end_on_a_local_store(tmp_path: Path) -> None:
-    """`make demo`'s job: the probe, the exact multi-process counter, and leader failover."""
-    result = run("demo", "--store", f"file://{tmp_path}/demo", timeout_s=300)
+    """`make demo`'s job on a small workload: 3 nodes, a join, the leader SIGKILLed, a
+    graceful leave, every event committed exactly once."""
+    args = ["--events", "40000", "--partitions", "16", "--keys", "500", "--json"]
+    result = run("demo", "--store", f"file://{tmp_path}/demo", *args, timeout_s=280)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "the store meets the contract" in result.stdout
-    assert "final value 1000 (expected 1000)" in result.stdout
-    assert "one leader at a time" in result.stdout
+    figures = json.loads(result.stdout)
+    assert figures["store_contract"]["ok"] is True
+    assert figures["check"]["passed"] is True
+    assert figures["check"]["committed_events"] == figures["check"]["expected_events"] == 40_000
+    assert figures["checkpoints"]["committed"] >= 1
+    assert figures["rotations"] >= 3  # the join, the recovery, the leave
+    assert figures["leader_kill"]["recovery_s"] > 0
+    assert figures["leave"]["left_s"] > 0

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -83,13 +83,14 @@ class NodeFleet:
         self.store_url, self.log_dir, self.timings = store_url, log_dir, timings
         self.runs: list[Run] = []
 
-    def start(self, node: int) -> Run:
+    def start(self, node: int, extra_args: Sequence[str] = ()) -> Run:
+        """Start a process of `node` (with `extra_args` after the timings)."""
         current = self.current(node)
         if current is not None and current.alive:
             raise RuntimeError(f"node {node} is already running")
         log_path = self.log_dir / f"node-{node}-run-{len(self.runs)}.log"
         command = [sys.executable, "-m", "laminar_cluster.cli", "node", "--store", self.store_url]
-        command += ["--node-id", str(node), *self.timings.options()]
+        command += ["--node-id", str(node), *self.timings.options(), *extra_args]
         with open(log_path, "ab") as stderr:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr

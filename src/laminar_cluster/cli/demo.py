@@ -1,140 +1,255 @@
-"""`laminar-cluster demo`: the main job, grown issue by issue.
+"""`laminar-cluster demo`: the main job (issue 7 "The main job and the views"; `make demo`).
 
-Today it shows, on a real store (a fresh local directory unless `--store` names one):
-1. the store contract probe;
-2. several processes that share one counter object only through conditional writes and end at
-   exactly the expected count;
-3. leader election: three contender processes, the leader SIGKILLed twice, the time until a new
-   leader holds a proof, and the cost of a renewal.
+On a fresh store (a temporary local directory unless `--store` names one; then a fresh
+namespace under it) it
+
+1. probes the store contract (the properties the control plane relies on);
+2. runs the scenario of `demo_run`: 3 stream node processes, the deterministic workload
+   (default 1,000,000 events over 64 partitions and 10,000 keys) produced in quarters, a
+   fourth node joining, the leader SIGKILLed, a follower SIGTERMed (graceful leave), until
+   the last committed checkpoint covers every event; the live cluster view meanwhile;
+3. checks the committed output against the aggregates computed independently from the
+   workload generator (`demo_check`): every key's count and sum equal, so no event was lost
+   and none counted twice;
+4. prints a summary: events per second (committed events over the time from the first event
+   let into the log to the last one committed, faults included), checkpoints committed and
+   aborted, rotations, failover time (leader SIGKILL to the new leader's first committed
+   checkpoint), recovery time (SIGKILL to the first commit covering the killed node's
+   vnodes), graceful leave time, and the check.
+
+Exit 0 only if the check passed; 1 if it failed (naming the first wrong key) or the scenario
+did not finish. The store and node logs of a failed run are kept and their paths printed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import multiprocessing
+import shutil
 import tempfile
 import time
+import urllib.parse
 import uuid
+from pathlib import Path
+from typing import Any, Final
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from laminar_cluster.cli.output import console, run_on_store
+from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet
+from laminar_cluster.cli.demo_check import CheckResult, check_exactly_once
+from laminar_cluster.cli.demo_run import DemoScenario, Marks, timings_for
+from laminar_cluster.cli.demo_view import DemoView
+from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.pipeline_logs import checkpoint_figures, rotations
 from laminar_cluster.cli.store_check import print_report
-from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import PreconditionFailed
-from laminar_cluster.store import CREATE, ObjectStore, open_store
-from laminar_cluster.store.probe import probe_store_contract
+from laminar_cluster.clock import Clock, RealClock
+from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.runtime.output import open_output_authority
+from laminar_cluster.runtime.workload import Workload, expected_aggregates
+from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store.probe import ProbeReport, probe_store_contract
 
-COUNTER_KEY = "demo/counter.json"
-PROCESSES = 4
-INCREMENTS_PER_PROCESS = 250
-ATTEMPTS_MAX = 100_000
-
-
-def run_demo(store_url: str | None) -> int:
-    if store_url is None:
-        store_url = f"file://{tempfile.mkdtemp(prefix='laminar-demo-')}"
-    console.rule("[bold]laminar-cluster demo")
-    console.print(f"store: {store_url}")
-    report = run_on_store(
-        store_url, lambda store: probe_store_contract(store, RealClock(), timeout_s=30)
-    )
-    print_report(report)
-    if not report.ok:
-        return 1
-    if _counter_demo(store_url) != 0:
-        return 1
-    return _election_demo(store_url)
+SEED: Final = 7
+PROBE_TIMEOUT_S: Final = 30.0
+CHECK_TIMEOUT_S: Final = 300.0
 
 
-def _election_demo(store_url: str) -> int:
-    from laminar_cluster.cli.bench_failover import run_bench_failover
-
-    ttl_s, renew_s = 2.0, 0.5
-    console.print(
-        f"\nleader election: 3 contender processes (TTL {ttl_s} s, renewal every {renew_s} s); "
-        "the leader is SIGKILLed twice"
-    )
-    figures = run_bench_failover(store_url, rounds=2, ttl_s=ttl_s, renew_interval_s=renew_s)
-    failovers = ", ".join(f"{sample:.2f} s" for sample in figures["failover_s"])
-    console.print(
-        f"a new leader held a proof {failovers} after each kill (the takeover rule's floor is "
-        f"{figures['floor_s']:.2f} s); every new term was granted after the killed leader's "
-        f"deadline (margin >= {figures['s8_margin_min_s']:.3f} s); "
-        f"{figures['requests_per_renewal']} store requests per renewal"
-    )
-    if figures["s8_margin_min_s"] <= 0:
-        console.print("[red]FAILED: a new leader was granted before the old one's deadline[/red]")
-        return 1
-    console.print("[green]one leader at a time, fenced by its token[/green]")
-    return 0
-
-
-def _counter_demo(store_url: str) -> int:
-    total = PROCESSES * INCREMENTS_PER_PROCESS
-    key = f"demo/{uuid.uuid4().hex}/counter.json"
-    asyncio.run(open_store(store_url).put(key, _body(0), CREATE))
-    console.print(
-        f"\n{PROCESSES} processes each add {INCREMENTS_PER_PROCESS} to one counter object, "
-        "sharing nothing but conditional writes to the store"
-    )
-    context = multiprocessing.get_context("spawn")  # obstore is not fork-safe
+def run_demo(
+    store_url: str | None,
+    *,
+    events: int = 1_000_000,
+    partitions: int = 64,
+    keys: int = 10_000,
+    as_json: bool = False,
+) -> int:
+    """The whole demo; its exit code."""
+    workload = Workload(seed=SEED, events=events, partitions=partitions, keys=keys)
+    scratch = Path(tempfile.mkdtemp(prefix="laminar-demo-"))
+    url = f"file://{scratch}/store" if store_url is None else fresh_namespace(store_url)
+    view = DemoView(console, events, quiet=as_json)
+    view.say(f"[bold]laminar-cluster demo[/bold]  store {url}")
     started = time.monotonic()
-    with context.Pool(PROCESSES) as pool:
-        pending = pool.starmap_async(
-            increment_worker, [(store_url, key, INCREMENTS_PER_PROCESS)] * PROCESSES
+    figures, passed = asyncio.run(_demo(url, workload, scratch, view))
+    figures["wall_s"] = round(time.monotonic() - started, 2)
+    if as_json:
+        print_json(figures)
+    else:
+        _print_summary(figures)
+    if passed and store_url is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elif not passed:
+        console.print(f"kept for inspection: node logs in {scratch}, store {url}", soft_wrap=True)
+    return 0 if passed else 1
+
+
+def fresh_namespace(url: str) -> str:
+    """`url` with a fresh path segment: an empty namespace of a shared store."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme.lower() == "memory":
+        raise InvalidArgument(f"{url}: memory:// lives in one process; the nodes are processes")
+    path = f"{parsed.path.rstrip('/')}/demo-{uuid.uuid4().hex[:12]}"
+    return urllib.parse.urlunsplit(parsed._replace(path=path))
+
+
+async def _demo(
+    url: str, workload: Workload, scratch: Path, view: DemoView
+) -> tuple[dict[str, Any], bool]:
+    clock = RealClock()
+    store = open_store(url)
+    figures: dict[str, Any] = {"store": url, "workload": _workload_json(workload)}
+    try:
+        probe = await probe_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S)
+        figures["store_contract"] = {"ok": probe.ok, "checks": len(probe.results)}
+        _show_probe(view, probe)
+        if not probe.ok:
+            return figures, False
+        with NodeFleet(url, scratch, timings_for(url)) as fleet:
+            scenario = DemoScenario(store, clock, fleet, workload, view)
+            try:
+                with view:
+                    marks = await scenario.run()
+            except LaminarError as error:
+                view.say(f"[red]demo stopped:[/red] {type(error).__name__}: {error}")
+                figures["error"] = f"{type(error).__name__}: {error}"
+                return figures, False
+            fleet.refresh()
+            figures.update(_scenario_figures(fleet, marks, workload))
+        figures["checkpoints"].update(await _outcome_counts(store, clock))
+        view.say("checking the committed output against the expected aggregates...")
+        check = await _check(store, clock, workload)
+        figures["check"] = check.as_json()
+        return figures, check.passed
+    finally:
+        await store.close()
+
+
+def _show_probe(view: DemoView, probe: ProbeReport) -> None:
+    if probe.ok:
+        view.say(
+            f"store contract: all {len(probe.results)} properties hold (conditional create and "
+            "update, read-after-write, sorted listing, ...)"
         )
-        with Progress(
-            TextColumn("counter"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
-            task = progress.add_task("counter", total=total)
-            while not pending.ready():
-                progress.update(task, completed=asyncio.run(_read_counter(store_url, key)))
-                pending.wait(0.2)
-            progress.update(task, completed=asyncio.run(_read_counter(store_url, key)))
-        conflicts = sum(pending.get())
-    elapsed = time.monotonic() - started
-    final = asyncio.run(_read_counter(store_url, key))
-    console.print(
-        f"final value {final} (expected {total}); {conflicts} lost compare-and-swap races retried; "
-        f"{total / elapsed:.0f} increments/s"
+    elif not view.quiet:
+        print_report(probe)
+
+
+async def _check(store: ObjectStore, clock: Clock, workload: Workload) -> CheckResult:
+    deadline = clock.monotonic() + CHECK_TIMEOUT_S
+    expected = await asyncio.to_thread(expected_aggregates, workload)
+    return await check_exactly_once(store, clock, workload, deadline=deadline, expected=expected)
+
+
+async def _outcome_counts(store: ObjectStore, clock: Clock) -> dict[str, int]:
+    """Committed and aborted cluster checkpoints, as the leader authority records them."""
+    outcomes = await cluster_outcomes(open_output_authority(store, clock))
+    commits = sum(1 for outcome in outcomes if outcome.is_commit())
+    return {"committed": commits, "aborted": len(outcomes) - commits}
+
+
+def _scenario_figures(fleet: NodeFleet, marks: Marks, workload: Workload) -> dict[str, Any]:
+    assert marks.produce_started is not None and marks.all_committed is not None
+    processing_s = marks.all_committed - marks.produce_started
+    logged = checkpoint_figures(fleet.runs)
+    kill = marks.kill
+    leaver = marks.leaver
+    return {
+        "events_per_s": round(workload.events / max(processing_s, 1e-9)),
+        "processing_s": round(processing_s, 2),
+        "produce_s": None
+        if marks.produced_all is None
+        else round(marks.produced_all - marks.produce_started, 2),
+        "checkpoints": {
+            "logged_committed": logged["committed"],
+            "logged_failed": logged["failed"],
+            "duration_p50_s": logged["duration_p50_s"],
+            "duration_p99_s": logged["duration_p99_s"],
+        },
+        "rotations": len(rotations(fleet.runs)),
+        "join_s": None
+        if marks.joined is None or marks.join_started is None
+        else round(marks.joined - marks.join_started, 2),
+        "leader_kill": None if kill is None else kill.as_json(),
+        "leave": None
+        if leaver is None or marks.left is None or marks.leave_started is None
+        else {"node": leaver.node, "left_s": round(marks.left - marks.leave_started, 2)},
+    }
+
+
+def _workload_json(workload: Workload) -> dict[str, int]:
+    return {
+        "seed": workload.seed,
+        "events": workload.events,
+        "partitions": workload.partitions,
+        "keys": workload.keys,
+    }
+
+
+def _print_summary(figures: dict[str, Any]) -> None:
+    table = Table(title="summary", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    workload = figures["workload"]
+    table.add_row(
+        "workload",
+        f"{workload['events']:,} events, {workload['partitions']} partitions, "
+        f"{workload['keys']:,} keys (seed {workload['seed']})",
     )
-    if final != total:
-        console.print("[red]FAILED: the counter does not match[/red]")
-        return 1
-    console.print("[green]exact: no increment lost, none applied twice[/green]")
-    return 0
+    if "events_per_s" in figures:
+        table.add_row(
+            "throughput",
+            f"{figures['events_per_s']:,} events/s committed ({workload['events']:,} events "
+            f"in {figures['processing_s']:.1f} s from the first produced to the last committed; "
+            "the workload is let in quarter by quarter as the faults happen, so this is the "
+            "scenario's pace: `bench pipeline` measures throughput)",
+        )
+        cp = figures["checkpoints"]
+        table.add_row(
+            "checkpoints",
+            f"{cp.get('committed', '?')} committed, {cp.get('aborted', '?')} aborted; "
+            f"periodic ones took p50 {_s(cp['duration_p50_s'])}, p99 {_s(cp['duration_p99_s'])}",
+        )
+        table.add_row("rotations", f"{figures['rotations']} (join, failover, leave)")
+        table.add_row("join", f"node 4 running its vnodes after {_s(figures['join_s'])}")
+        kill = figures["leader_kill"]
+        if kill is not None:
+            table.add_row(
+                "failover",
+                f"leader node {kill['killed_node']} SIGKILLed: a new leader after "
+                f"{_s(kill['new_leader_s'])}, its first committed checkpoint after "
+                f"{_s(kill['failover_s'])}",
+            )
+            table.add_row(
+                "recovery",
+                f"the killed node's vnodes in a committed checkpoint after "
+                f"{_s(kill['recovery_s'])}",
+            )
+        leave = figures["leave"]
+        if leave is not None:
+            table.add_row("leave", f"node {leave['node']} left gracefully in {_s(leave['left_s'])}")
+    check = figures.get("check")
+    if check is not None:
+        verdict = (
+            f"[green]passed[/green]: every one of {check['expected_events']:,} events counted "
+            f"exactly once ({check['keys']:,} keys: count and sum equal)"
+            if check["passed"]
+            else f"[red]FAILED[/red]: {check['wrong_keys']:,} keys differ, {check['lost']:,} "
+            f"events lost, {check['duplicated']:,} counted twice; first wrong key "
+            f"{_first_wrong(check)}"
+        )
+        table.add_row("exactly once", verdict)
+    elif "error" in figures:
+        table.add_row("result", f"[red]not finished[/red]: {figures['error'].splitlines()[0]}")
+    table.add_row("wall time", _s(figures.get("wall_s")))
+    console.print(table)
 
 
-def increment_worker(store_url: str, key: str, increments: int) -> int:
-    """Add `increments` to the counter by read, then update-if-match; return conflicts seen."""
-    return asyncio.run(_increment(open_store(store_url), key, increments))
+def _first_wrong(check: dict[str, Any]) -> str:
+    first = check["first_wrong"][0]
+    return (
+        f"{first['key']}: committed (count, sum) {tuple(first['committed'])}, "
+        f"expected {tuple(first['expected'])}"
+    )
 
 
-async def _increment(store: ObjectStore, key: str, increments: int) -> int:
-    done = conflicts = 0
-    for _ in range(ATTEMPTS_MAX):
-        if done == increments:
-            return conflicts
-        current = await store.get(key)
-        value = json.loads(current.body)["value"]
-        try:
-            await store.put(key, _body(value + 1), current.meta.token)
-        except PreconditionFailed:
-            conflicts += 1
-            continue
-        done += 1
-    raise RuntimeError(f"{key}: {increments - done} increments left after {ATTEMPTS_MAX} attempts")
-
-
-async def _read_counter(store_url: str, key: str) -> int:
-    return int(json.loads((await open_store(store_url).get(key)).body)["value"])
-
-
-def _body(value: int) -> bytes:
-    return json.dumps({"value": value, "nonce": uuid.uuid4().hex}).encode()
+def _s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"

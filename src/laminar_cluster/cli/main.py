@@ -286,12 +286,36 @@ def node(
             help="Serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, logged).",
         ),
     ] = None,
+    fault_rate: Annotated[
+        float,
+        typer.Option(
+            "--fault-rate",
+            min=0.0,
+            max=0.5,
+            hidden=True,
+            help="Development: each store request fails before (and each write also after) "
+            "it applied with this probability.",
+        ),
+    ] = 0.0,
+    fault_latency_ms: Annotated[
+        float,
+        typer.Option(
+            "--fault-latency-ms",
+            min=0.0,
+            hidden=True,
+            help="Development: each store request first waits up to this long.",
+        ),
+    ] = 0.0,
+    fault_seed: Annotated[
+        int, typer.Option("--fault-seed", min=0, hidden=True, help="Development: fault seed.")
+    ] = 0,
 ) -> None:
     """Run one node (control plane, distributed checkpoints, the reference engine over the
     event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
     JSON-lines events on stderr."""
     from laminar_cluster.cli.node import run_node_command
     from laminar_cluster.rebalance.node import NodeConfig
+    from laminar_cluster.store.faulty import FaultConfig
 
     def run() -> int:
         config = NodeConfig(
@@ -306,7 +330,16 @@ def node(
             leave_timeout_s=leave_timeout_s,
             stats_interval_s=stats_interval_s,
         )
-        return run_node_command(store, config, metrics_port=metrics_port)
+        faults = None
+        if fault_rate > 0 or fault_latency_ms > 0:
+            faults = FaultConfig(
+                error_before_rate=fault_rate,
+                error_after_rate=fault_rate,
+                latency_s_max=fault_latency_ms / 1000,
+            )
+        return run_node_command(
+            store, config, metrics_port=metrics_port, faults=faults, fault_seed=fault_seed
+        )
 
     raise typer.Exit(_guard(run))
 
@@ -332,17 +365,61 @@ def bench_rebalance(
     raise typer.Exit(_guard(run))
 
 
+@bench_app.command("pipeline")
+def bench_pipeline(
+    events: Annotated[int, typer.Option("--events", min=1, help="Events per run.")] = 1_000_000,
+    partitions: Annotated[int, typer.Option("--partitions", min=1)] = 64,
+    keys: Annotated[int, typer.Option("--keys", min=1)] = 10_000,
+    nodes: Annotated[
+        str, typer.Option("--nodes", help="Node counts to run, comma-separated.")
+    ] = "1,2,4",
+    fsync: Annotated[bool, typer.Option("--fsync/--no-fsync", help="fsync the file store.")] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Real node processes on file://: committed events per second for 1, 2 and 4 nodes,
+    checkpoint duration p50/p99, store requests per checkpoint, recovery time after a SIGKILL."""
+    from laminar_cluster.cli.bench_pipeline import print_pipeline, run_bench_pipeline
+
+    def run() -> int:
+        try:
+            counts = tuple(int(part) for part in nodes.split(","))
+        except ValueError:
+            raise InvalidArgument(f"--nodes {nodes!r}: not comma-separated integers") from None
+        figures = run_bench_pipeline(
+            events=events, partitions=partitions, keys=keys, node_counts=counts, fsync=fsync
+        )
+        print_pipeline(figures, as_json=as_json)
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
 @app.command("demo")
 def demo(
     store: Annotated[
         str | None,
         typer.Option("--store", help="Store URL (default: a fresh local directory)."),
     ] = None,
+    events: Annotated[int, typer.Option("--events", min=1, help="Events in the workload.")] = (
+        1_000_000
+    ),
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Event log partitions.")
+    ] = 64,
+    keys: Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.")] = 10_000,
+    as_json: JsonOption = False,
 ) -> None:
-    """The main job: shows the control plane working on a real store."""
+    """The main job: 3 stream nodes, a known workload, a join, a SIGKILLed leader and a graceful
+    leave; exit 0 only if every event is committed exactly once."""
     from laminar_cluster.cli.demo import run_demo
 
-    raise typer.Exit(_guard(lambda: run_demo(store)))
+    raise typer.Exit(
+        _guard(
+            lambda: run_demo(
+                store, events=events, partitions=partitions, keys=keys, as_json=as_json
+            )
+        )
+    )
 
 
 def _guard(action: Callable[[], int]) -> int:

@@ -24,6 +24,7 @@ import functools
 import logging
 import signal
 import sys
+from dataclasses import asdict
 from typing import Final
 
 from laminar_cluster.clock import RealClock
@@ -32,7 +33,8 @@ from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, se
 from laminar_cluster.rebalance.node import NodeConfig
 from laminar_cluster.rebalance.node_log import JsonLogHandler, NodeLog
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
-from laminar_cluster.store import open_store
+from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 from laminar_cluster.store.probe import verify_store_contract
 
 EXIT_STORE_REFUSED: Final = 2  # also a metrics port that cannot be bound
@@ -46,10 +48,22 @@ def run_node_command(
     probe: bool = True,
     metrics_port: int | None = None,
     stream: StreamNodeConfig | None = None,
+    faults: FaultConfig | None = None,
+    fault_seed: int = 0,
 ) -> int:
-    """Run the node in a fresh event loop; its exit code."""
+    """Run the node in a fresh event loop; its exit code. `faults` (development and chaos
+    tests only): after the probe, every store request goes through `store.faulty.FaultyStore`
+    with these rates, seeded with `fault_seed`."""
     return asyncio.run(
-        _run(store_url, config, probe=probe, metrics_port=metrics_port, stream=stream)
+        _run(
+            store_url,
+            config,
+            probe=probe,
+            metrics_port=metrics_port,
+            stream=stream,
+            faults=faults,
+            fault_seed=fault_seed,
+        )
     )
 
 
@@ -60,13 +74,15 @@ async def _run(
     probe: bool,
     metrics_port: int | None,
     stream: StreamNodeConfig | None,
+    faults: FaultConfig | None = None,
+    fault_seed: int = 0,
 ) -> int:
     clock = RealClock()
     log = NodeLog(sys.stderr, clock, config.node_id)
     handler = JsonLogHandler(log)
     library = logging.getLogger("laminar_cluster")
     library.addHandler(handler)
-    store = open_store(store_url)
+    store: ObjectStore = open_store(store_url)
     server: MetricsServer | None = None
     try:
         if probe:
@@ -75,6 +91,8 @@ async def _run(
             except LaminarError as error:
                 log.write("refused", error=str(error))
                 return EXIT_STORE_REFUSED
+        if faults is not None:
+            store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
         metrics = None if metrics_port is None else NodeMetrics()
         if metrics is not None and metrics_port is not None:
             try:
@@ -88,6 +106,7 @@ async def _run(
             store=store.url,
             metrics_port=None if server is None else server.port,
             metrics_url=None if server is None else server.url,
+            faults=None if faults is None else {"seed": fault_seed, **asdict(faults)},
         )
         node = StreamNode(
             store,
