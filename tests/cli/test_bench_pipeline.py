@@ -45,6 +45,7 @@ RECOVERY_KEYS = {
 
 
 @pytest.mark.processes
+@pytest.mark.soak  # minutes of real processes: outside make test's budget
 def test_bench_pipeline_json_figures(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "pipeline", "--json", "--events", "40000", "--partitions", "8"]
     args += ["--keys", "300", "--nodes", "1,2"]

