@@ -154,8 +154,9 @@ class _Round:
             if run.alive or id(run) in self.killed:
                 continue
             code = run.process.returncode
-            if id(run) in self.leaving and code in (0, EXIT_LEAVE_TIMEOUT):
-                continue  # left; or its leave timed out and its vnodes go through recovery
+            if id(run) in self.leaving and code in (0, EXIT_LEAVE_TIMEOUT, -signal.SIGTERM):
+                continue  # left; its leave timed out (recovery takes its vnodes); or it was
+                # still starting, before its signal handlers, and died of the SIGTERM
             if code == EXIT_FENCED:
                 if id(run) not in self.leaving:
                     self.leaving.add(id(run))  # counted once
@@ -182,7 +183,10 @@ class _Round:
             return
         action = rng.choice(sorted(choices))
         if action in ("kill", "leave"):
-            run = rng.choice(sorted(steady, key=lambda r: r.node))
+            pool = steady
+            if action == "leave":  # a node that is up (its signal handlers installed)
+                pool = [r for r in steady if r.first(lambda e: e["event"] == "active")] or steady
+            run = rng.choice(sorted(pool, key=lambda r: r.node))
             if action == "kill":
                 self.killed.add(id(run))
                 fleet.signal(run.node, signal.SIGKILL)

@@ -13,9 +13,9 @@ namespace under it) it
    and none counted twice;
 4. prints a summary: events per second (committed events over the time from the first event
    let into the log to the last one committed, faults included), checkpoints committed and
-   aborted, rotations, failover time (leader SIGKILL to the new leader's first committed
-   checkpoint), recovery time (SIGKILL to the first commit covering the killed node's
-   vnodes), graceful leave time, and the check.
+   aborted, rotations (committed assignment versions after the seed), failover time (leader
+   SIGKILL to the new leader's first committed checkpoint), recovery time (SIGKILL to the
+   first commit covering the killed node's vnodes), graceful leave time, and the check.
 
 Exit 0 only if the check passed; 1 if it failed (naming the first wrong key) or the scenario
 did not finish. The store and node logs of a failed run are kept and their paths printed.
@@ -34,11 +34,12 @@ from typing import Any, Final
 
 from rich.table import Table
 
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet
 from laminar_cluster.cli.demo_check import CheckResult, check_exactly_once
 from laminar_cluster.cli.demo_run import DemoScenario, Marks, timings_for
 from laminar_cluster.cli.demo_view import DemoView
-from laminar_cluster.cli.output import console, print_json
+from laminar_cluster.cli.output import console, error_console, print_json
 from laminar_cluster.cli.pipeline_logs import checkpoint_figures, rotations
 from laminar_cluster.cli.store_check import print_report
 from laminar_cluster.clock import Clock, RealClock
@@ -78,7 +79,9 @@ def run_demo(
     if passed and store_url is None:
         shutil.rmtree(scratch, ignore_errors=True)
     elif not passed:
-        console.print(f"kept for inspection: node logs in {scratch}, store {url}", soft_wrap=True)
+        error_console.print(
+            f"kept for inspection: node logs in {scratch}, store {url}", soft_wrap=True
+        )
     return 0 if passed else 1
 
 
@@ -115,6 +118,9 @@ async def _demo(
             fleet.refresh()
             figures.update(_scenario_figures(fleet, marks, workload))
         figures["checkpoints"].update(await _outcome_counts(store, clock))
+        head = await AssignmentSnapshotStore(store).head_version()
+        figures["assignment_version"] = head
+        figures["rotations"] = 0 if head is None else head - 1
         view.say("checking the committed output against the expected aggregates...")
         check = await _check(store, clock, workload)
         figures["check"] = check.as_json()
@@ -164,7 +170,7 @@ def _scenario_figures(fleet: NodeFleet, marks: Marks, workload: Workload) -> dic
             "duration_p50_s": logged["duration_p50_s"],
             "duration_p99_s": logged["duration_p99_s"],
         },
-        "rotations": len(rotations(fleet.runs)),
+        "rotations_logged": len(rotations(fleet.runs)),
         "join_s": None
         if marks.joined is None or marks.join_started is None
         else round(marks.joined - marks.join_started, 2),
@@ -208,7 +214,11 @@ def _print_summary(figures: dict[str, Any]) -> None:
             f"{cp.get('committed', '?')} committed, {cp.get('aborted', '?')} aborted; "
             f"periodic ones took p50 {_s(cp['duration_p50_s'])}, p99 {_s(cp['duration_p99_s'])}",
         )
-        table.add_row("rotations", f"{figures['rotations']} (join, failover, leave)")
+        table.add_row(
+            "rotations",
+            f"{figures['rotations']} assignment versions after the seed (the join, the "
+            "recovery from the leader's loss, the leave)",
+        )
         table.add_row("join", f"node 4 running its vnodes after {_s(figures['join_s'])}")
         kill = figures["leader_kill"]
         if kill is not None:
