@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
+from rich.markup import escape
 from rich.table import Table
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
@@ -112,7 +113,8 @@ async def _demo(
                 with view:
                     marks = await scenario.run()
             except LaminarError as error:
-                view.say(f"[red]demo stopped:[/red] {type(error).__name__}: {error}")
+                view.say("[red]demo stopped[/red]")
+                view.say(f"{type(error).__name__}: {error}", markup=False)
                 figures["error"] = f"{type(error).__name__}: {error}"
                 return figures, False
             fleet.refresh()
@@ -248,7 +250,8 @@ def _print_summary(figures: dict[str, Any]) -> None:
         )
         table.add_row("exactly once", verdict)
     elif "error" in figures:
-        table.add_row("result", f"[red]not finished[/red]: {figures['error'].splitlines()[0]}")
+        first_line = escape(figures["error"].splitlines()[0])
+        table.add_row("result", f"[red]not finished[/red]: {first_line}")
     table.add_row("wall time", _s(figures.get("wall_s")))
     console.print(table)
 

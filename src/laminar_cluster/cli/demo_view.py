@@ -53,11 +53,12 @@ class DemoView:
             self._live.__exit__(kind, error, trace)
             self._live = None
 
-    def say(self, text: str) -> None:
-        """A line above the live region (kept in the scrollback)."""
+    def say(self, text: str, *, markup: bool = True) -> None:
+        """A line above the live region (kept in the scrollback); `markup=False` for text
+        that is not ours (node log lines hold brackets)."""
         if self.quiet:
             return
-        self.console.print(text, soft_wrap=True)
+        self.console.print(text, soft_wrap=True, markup=markup, highlight=markup)
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
