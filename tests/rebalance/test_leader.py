@@ -608,3 +608,28 @@ async def test_recovery_keeps_a_live_draining_predecessor(store: ObjectStore) ->
     decision = await assignment_recovery_decision(ctx.authority, 2)
     assert decision is not None
     assert [f.predecessor.node for f in decision.removed_process_fences] == [3]
+
+
+@synchronous
+async def test_an_adopted_recovery_generation_is_not_faulted_again(store: ObjectStore) -> None:
+    """The leader materializes and adopts a recovery generation itself; its own watcher then
+    prepares the same generation: it must not fault the engine again, since adopting the same
+    version is a no-op and the restored state would be lost for good."""
+    from laminar_cluster.rebalance.interfaces import EngineState
+    from laminar_cluster.rebalance.recovery import require_recovery_cold_bootstrap
+
+    owners = tuple(rendezvous_assignment(16, [1, 2]))
+    scenario = await Scenario.start(store, _clock(), (1, 2), vnode_count=16)
+    await scenario.bring_up(owners)
+    await scenario.checkpoint(1)
+    cluster = scenario.cluster
+    cluster.stop(2)
+    await cluster.advance(cluster.process_ttl_s + 1.0)
+    ctx = scenario.ctx(1)
+    assert await try_rebalance(ctx, ctx.controller.assignable_instances()) == 2
+    engine = scenario.engines[1]
+    assert engine.registry().version == 2 and engine.state() is EngineState.RUNNING
+    v2 = await cluster.snapshots.load()
+    assert v2 is not None
+    await require_recovery_cold_bootstrap(ctx, v2)
+    assert engine.state() is EngineState.RUNNING and engine.installed_vnode_state()

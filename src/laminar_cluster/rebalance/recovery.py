@@ -334,6 +334,10 @@ async def require_recovery_cold_bootstrap(
     if ctx.me.node_id not in snapshot.owners:
         return
     engine = ctx.engine
+    if engine.registry().version >= snapshot.assignment_version:
+        # Already adopted (the leader's own materialization restored it): faulting again would
+        # drop the restored state for good, because adopting the same version is a no-op.
+        return
     if engine.state() not in _COLD_STATES or engine.installed_vnode_state():
         await engine.fault_for_recovery_assignment()
     if engine.state() not in _COLD_STATES or engine.installed_vnode_state():
