@@ -13,23 +13,20 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from laminar_cluster.metrics.node_metrics import NodeMetrics
-from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
+from laminar_cluster.store import ObjectStore
+from laminar_cluster.store.forwarding import ForwardingStore
 
 T = TypeVar("T")
 
 
-class MetricsStore(ObjectStore):
+class MetricsStore(ForwardingStore):
     """Counts the requests to `inner` in `metrics`; otherwise exactly `inner`."""
 
     def __init__(self, inner: ObjectStore, metrics: NodeMetrics) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.metrics = metrics
 
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    async def _counted(self, op: str, call: Awaitable[T]) -> T:
+    async def _forward(self, op: str, call: Awaitable[T]) -> T:
         try:
             return await call
         except Exception as error:
@@ -37,23 +34,3 @@ class MetricsStore(ObjectStore):
             raise
         finally:
             self.metrics.store_request(op)
-
-    async def get(self, key: str, *, end: int | None = None) -> GetResult:
-        return await self._counted("get", self.inner.get(key, end=end))
-
-    async def head(self, key: str) -> ObjectMeta:
-        return await self._counted("head", self.inner.head(key))
-
-    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
-        return await self._counted("put", self.inner.put(key, body, mode))
-
-    async def list(
-        self, prefix: str, *, offset: str | None = None, limit: int | None = None
-    ) -> list[ObjectMeta]:
-        return await self._counted("list", self.inner.list(prefix, offset=offset, limit=limit))
-
-    async def delete(self, key: str) -> None:
-        await self._counted("delete", self.inner.delete(key))
-
-    async def close(self) -> None:
-        await self.inner.close()
