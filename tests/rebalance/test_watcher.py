@@ -7,7 +7,9 @@ live member that owns nothing until a rotation gives it vnodes. Watchers are tic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import pytest
@@ -16,7 +18,7 @@ from laminar_cluster.assignment.digest import drain_id, owner_map_digest
 from laminar_cluster.assignment.model import next_for_participants
 from laminar_cluster.assignment.paths import finalization_path, snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
@@ -454,6 +456,57 @@ def test_pending_vnode_transition_keeps_predecessor_authority() -> None:
         joiner.engine.set_unapplied_vnode_transition(False)
         await cluster.tick(3)
         assert joiner.engine.registry().version == 2
+
+    run(body)
+
+
+class _LeaderRecoversFirst(AssignmentSnapshotStore):
+    """The head as the leader's own watcher reads it while the leader's rebalance attempt runs:
+    the first load lets `before` (the leader's recovery) finish first, so the tick began with
+    the predecessor as its local version and sees the recovery head the leader just adopted."""
+
+    def __init__(self, store: ObjectStore, before: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(store)
+        self._before: Callable[[], Awaitable[None]] | None = before
+
+    async def load(self) -> AssignmentSnapshot | None:
+        before, self._before = self._before, None
+        if before is not None:
+            await before()
+        return await super().load()
+
+
+def test_leader_watcher_racing_its_own_recovery_leaves_recovery_mode() -> None:
+    """The leader materializes and adopts a recovery generation (and leaves recovery mode)
+    while its own watcher's tick, begun on the predecessor, prepares the same generation: the
+    preparation marks the process recovering again, and with the generation already adopted the
+    tick must release it too. A leader left recovering defers every graceful rotation for good
+    (`reconcile_drain_publication`), so a node that SIGTERMs after a failover never leaves
+    (found by the stream process test and the demo: "leave timed out", no error logged)."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        await cluster.checkpoint()
+        await cluster.leave(2)
+        leader = cluster.proc(1)
+        settled: list[int | None] = []
+
+        async def recover() -> None:
+            live = leader.controller.assignable_instances()
+            settled.append(await try_rebalance(leader.ctx, live))
+            assert not leader.controller.is_recovering()  # released after its own adoption
+
+        snapshots = _LeaderRecoversFirst(cluster.cluster.store, recover)
+        leader.watcher.ctx = dataclasses.replace(leader.ctx, snapshots=snapshots)
+        await cluster.tick(1)
+        assert settled == [2]
+        assert leader.engine.registry().version == 2
+        assert leader.engine.call_count("adopt_recovery_assignment") == 1
+        assert leader.engine.call_count("fault_for_recovery_assignment") == 1  # not again
+        assert not leader.controller.is_recovering()
+        await cluster.tick(1, 3, 1)
+        assert leader.engine.installed_fence() == fence_of(await cluster.cluster.snapshots.load())
+        assert not leader.controller.is_recovering()
 
     run(body)
 

@@ -233,7 +233,13 @@ class SnapshotWatcher(WatcherState):
                     return None
                 revision = prepared
         if head.assignment_version <= engine.registry().version:
+            # Adopted meanwhile by this process's own leader materialization (a tick begun on
+            # the predecessor): it restored cold and released, and the preparation above marked
+            # the process recovering again. Release once more, or every graceful rotation this
+            # leader opens is deferred for good.
             self.cache(head)
+            if scope is RecoveryScope.PARTICIPANT:
+                release_after_recovery_adoption(ctx, scope)
             return revision
         try:
             adoption = await self._adopt(head, outcome, scope, head_deadline)
