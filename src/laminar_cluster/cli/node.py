@@ -7,7 +7,8 @@ The first SIGTERM/SIGINT leaves gracefully (draining, drained, left; exit 0, or 
 leave timeout passes first); a second one stops at once without leaving (exit 1). A newer start
 of the same node id fences this one (exit 3); a store that fails the contract probe is refused
 (exit 2), as is a metrics port that cannot be bound. Logs are JSON lines on stderr, one event per
-line (`rebalance.node_log`), with the library's warnings forwarded as `log` events. Once the
+line (`rebalance.node_log`), with the library's warnings forwarded as `log` events
+(`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info records too, for reading a stalled run). Once the
 store passed its probe, the first event is `started`, naming the metrics endpoint
 (`metrics_port`, `metrics_url`; null without `--metrics-port`; port 0 picks a free one and logs
 the bound port).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import signal
 import sys
 from dataclasses import asdict
@@ -37,6 +39,7 @@ from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 from laminar_cluster.store.probe import verify_store_contract
 
+LOG_LEVEL_ENV: Final = "LAMINAR_NODE_LOG_LEVEL"
 EXIT_STORE_REFUSED: Final = 2  # also a metrics port that cannot be bound
 PROBE_TIMEOUT_S: Final = 10.0
 
@@ -79,9 +82,12 @@ async def _run(
 ) -> int:
     clock = RealClock()
     log = NodeLog(sys.stderr, clock, config.node_id)
-    handler = JsonLogHandler(log)
+    level = _log_level()
+    handler = JsonLogHandler(log, level)
     library = logging.getLogger("laminar_cluster")
     library.addHandler(handler)
+    if level < logging.WARNING:
+        library.setLevel(level)
     store: ObjectStore = open_store(store_url)
     server: MetricsServer | None = None
     try:
@@ -137,3 +143,12 @@ def _on_signal(node: StreamNode, log: NodeLog, signum: signal.Signals) -> None:
     else:
         log.write("signal", signal=signum.name, action="leave")
         node.request_leave()
+
+
+def _log_level() -> int:
+    """The forwarded records' level: WARNING, or `LAMINAR_NODE_LOG_LEVEL` (a level name)."""
+    name = os.environ.get(LOG_LEVEL_ENV, "WARNING").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise InvalidArgument(f"{LOG_LEVEL_ENV}={name!r} is not a logging level name")
+    return level
