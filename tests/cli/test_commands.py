@@ -88,7 +88,6 @@ def test_bench_store_runs_against_s3(s3_server: S3Server) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.soak  # same leave-after-kill path as the flaky stream process test
 def test_demo_runs_end_to_end_on_a_local_store(tmp_path: Path) -> None:
     """`make demo`'s job on a small workload: 3 nodes, a join, the leader SIGKILLed, a
     graceful leave, every event committed exactly once."""

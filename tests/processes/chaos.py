@@ -20,7 +20,10 @@ first; the same seed replays the same schedule, though process timing still vari
 
 A node process may exit on its own only by being fenced (exit 3: it missed its own renewal
 deadline and stopped, the designed safe outcome on an overloaded host); a `crashed` event or
-any other exit fails the round. With `fault_rate` > 0 every node's store sits behind the
+any other exit fails the round. A leave that ends in its timeout (exit 4) is counted and shown,
+not failed: a node SIGKILLed or fenced meanwhile can hold up a rotation past it on a loaded
+host. `LAMINAR_NODE_LOG_LEVEL=INFO` makes the kept node logs show why a round stalled.
+With `fault_rate` > 0 every node's store sits behind the
 fault-injecting wrapper (`laminar-cluster node --fault-rate/--fault-seed/--fault-latency-ms`:
 errors before and after a write applied, latency), each process with its own seed.
 
@@ -88,6 +91,7 @@ class ChaosReport:
     seed: int
     actions: list[str] = field(default_factory=list)
     fenced_exits: int = 0
+    leave_timeouts: int = 0
     check: CheckResult | None = None
     elapsed_s: float = 0.0
     error: str | None = None
@@ -100,7 +104,8 @@ class ChaosReport:
         verdict = "passed" if self.passed else "FAILED"
         lines = [
             f"chaos seed {self.seed}: {verdict} in {self.elapsed_s:.1f} s; "
-            f"{len(self.actions)} actions, {self.fenced_exits} self-fenced exits"
+            f"{len(self.actions)} actions, {self.fenced_exits} self-fenced exits, "
+            f"{self.leave_timeouts} leave timeouts"
         ]
         lines.extend(f"  {action}" for action in self.actions)
         if self.check is not None:
@@ -122,6 +127,7 @@ class _Round:
         self.leaving: set[int] = set()  # id(run) of runs we SIGTERMed
         self.killed: set[int] = set()  # id(run) of runs we SIGKILLed
         self.started_ids: set[int] = set()
+        self.timed_out: set[int] = set()  # id(run) of leaves that ended in their timeout
 
     def note(self, text: str) -> None:
         line = f"{time.monotonic() - self.started:6.1f} s  {text}"
@@ -155,8 +161,12 @@ class _Round:
                 continue
             code = run.process.returncode
             if id(run) in self.leaving and code in (0, EXIT_LEAVE_TIMEOUT, -signal.SIGTERM):
-                continue  # left; its leave timed out (recovery takes its vnodes); or it was
-                # still starting, before its signal handlers, and died of the SIGTERM
+                if code == EXIT_LEAVE_TIMEOUT and id(run) not in self.timed_out:
+                    self.timed_out.add(id(run))  # counted once; a recovery takes its vnodes
+                    self.report.leave_timeouts += 1
+                    self.note(f"node {run.node} exited {code} (its leave timed out)")
+                continue  # left; its leave timed out; or it was still starting, before its
+                # signal handlers, and died of the SIGTERM
             if code == EXIT_FENCED:
                 if id(run) not in self.leaving:
                     self.leaving.add(id(run))  # counted once

@@ -42,7 +42,7 @@ VNODES = 256
 SEED = 11
 FIRST = Workload(seed=SEED, events=20_000, partitions=16, keys=500)
 SECOND = Workload(seed=SEED, events=30_000, partitions=16, keys=500)  # extends FIRST
-BUDGET_S = 90.0
+BUDGET_S = 150.0  # a bound for a stuck run; an unloaded run takes 20-40 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +59,11 @@ class StreamTimings(NodeTimings):
         return [*NodeTimings.options(self), *extra]
 
 
+# ttl 5 s as the demo and the chaos harness: with 2 s, a node starved of CPU on a loaded host
+# fenced itself (missed renewal) before the first checkpoint, the bootstrap liveness gap
+# (docs/protocols/rebalance.md "Known liveness gaps"), and the cluster never committed.
 TIMINGS = StreamTimings(
-    ttl_s=2.0,
+    ttl_s=5.0,
     poll_s=0.2,
     debounce_s=0.5,
     checkpoint_interval_s=1.0,
@@ -145,7 +148,6 @@ def _produced(process: subprocess.Popen[str], timeout_s: float) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.soak  # 1 of 3 runs still fails (a graceful leave after a recovery can time out)
 def test_stream_nodes_count_every_event_once_through_join_kill_and_leave(tmp_path: Path) -> None:
     with _cluster(tmp_path) as cluster:
         fleet = cluster.fleet
