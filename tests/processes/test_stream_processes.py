@@ -61,14 +61,15 @@ class StreamTimings(NodeTimings):
 
 # ttl 5 s as the demo and the chaos harness: with 2 s, a node starved of CPU on a loaded host
 # fenced itself (missed renewal) before the first checkpoint, the bootstrap liveness gap
-# (docs/protocols/rebalance.md "Known liveness gaps"), and the cluster never committed.
+# (docs/protocols/rebalance.md "Known liveness gap"), and the cluster never committed.
 TIMINGS = StreamTimings(
     ttl_s=5.0,
     poll_s=0.2,
     debounce_s=0.5,
     checkpoint_interval_s=1.0,
     retry_delay_s=0.5,
-    drain_ack_timeout_s=5.0,
+    drain_ack_timeout_s=15.0,  # only bounds waits: a starved host got no ack quorum in 5 s,
+    checkpoint_timeout_s=15.0,  # nor a pre-rotation checkpoint, and retried the join for minutes
 )
 
 
