@@ -23,9 +23,9 @@ deadline and stopped, the designed safe outcome on an overloaded host); a `crash
 any other exit fails the round. A leave that ends in its timeout (exit 4) is counted and shown,
 not failed: a node SIGKILLed or fenced meanwhile can hold up a rotation past it on a loaded
 host. `LAMINAR_NODE_LOG_LEVEL=INFO` makes the kept node logs show why a round stalled.
-With `fault_rate` > 0 every node's store sits behind the
-fault-injecting wrapper (`laminar-cluster node --fault-rate/--fault-seed/--fault-latency-ms`:
-errors before and after a write applied, latency), each process with its own seed.
+With `fault_rate` > 0 every node's store sits behind the fault-injecting wrapper
+(`laminar-cluster node --fault-rate/--fault-seed/--fault-latency-ms`: errors before and after
+a write applied, latency), each process with its own seed.
 
     python -m tests.processes.chaos --minutes 60 [--seed S] [--fault-rate 0.02]
 
