@@ -141,7 +141,7 @@ class FloorStep:
     """What one step did: the floor in force after it, and what held the target."""
 
     artifact_before_epoch: int
-    target: FloorTarget
+    target: FloorTarget | None  # None: fewer than `trigger_commits` live Commits
     advanced: bool
     markers_read: int
     markers_written: int
@@ -174,14 +174,14 @@ class ArtifactFloorKeeper:
         self.verified_below = 0
         self.markers_written = 0  # over this instance's life
 
-    async def step(self, proof: LeaderProof, *, deadline: float) -> FloorStep | None:
-        """Move the artifact floor if DC-14 allows; None below the trigger (one cached
-        inventory read, no other request)."""
+    async def step(self, proof: LeaderProof, *, deadline: float) -> FloorStep:
+        """Move the artifact floor if DC-14 allows. Below the trigger: one (cached) inventory
+        read and no other request."""
         inventory = await cluster_outcome_inventory(self.authority)
         floor = inventory.retention_boundary.artifact_before_epoch
         commits = [o for o in inventory.outcomes if o.is_commit()]
         if len(commits) < self.policy.trigger_commits:
-            return None
+            return FloorStep(floor, None, False, 0, 0)
         wanted = commits[-self.policy.retained_commits].epoch
         read, written = await self._verify_markers(commits, wanted)
         pin = await assignment_handoff_pin(self.authority)

@@ -111,7 +111,7 @@ class LeaderUpkeep:
         except LaminarError as error:
             logger.warning("artifact floor step failed: %s", error)
             return None
-        if step is not None and step.advanced:
+        if step.advanced and step.target is not None:
             logger.info(
                 "artifact floor moved to epoch %d (held by %s)",
                 step.artifact_before_epoch,

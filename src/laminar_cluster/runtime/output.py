@@ -173,6 +173,12 @@ async def read_committed_output(
     )
 
 
+async def committed_checkpoints(authority: LeaderLeaseStore) -> tuple[int, ...]:
+    """The checkpoint IDs of every committed attempt, ascending: those with a sink commit marker
+    and the live Commits (below the artifact floor only markers remain, DC-14)."""
+    return tuple(c.attempt.checkpoint_id for c in await _committed_attempts(authority))
+
+
 async def _committed_attempts(authority: LeaderLeaseStore) -> list[_Committed]:
     """Every attempt with a marker, and every live Commit without one, ascending. A marker at or
     above the artifact floor (where every Commit is live) must have its live Commit.
