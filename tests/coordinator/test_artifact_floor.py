@@ -28,6 +28,7 @@ from laminar_cluster.coordinator.artifact_floor import (
     floor_target,
 )
 from laminar_cluster.coordinator.host import Cut
+from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.objects import encode_record
 from laminar_cluster.coordinator.paths import sink_commit_path
 from laminar_cluster.coordinator.records import CheckpointPrepare, SinkCommit
@@ -62,7 +63,7 @@ from laminar_cluster.runtime.output import (
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore
 from tests.assignment.snapshot_support import participant, snapshot
 from tests.cli.test_commands import COMMAND
-from tests.coordinator.support import Cluster, FakeHost, expected_cut, make_cluster
+from tests.coordinator.support import POLL_S, Cluster, FakeHost, expected_cut, make_cluster
 from tests.lease.assignment_support import FakeSnapshots
 
 SMALL = ArtifactFloorPolicy(retained_commits=2, trigger_commits=4)
@@ -406,3 +407,36 @@ def test_dc14_the_reader_lists_again_when_the_floor_moved_meanwhile(
 
 async def no_check(_: CheckpointOutcome) -> None:
     return None
+
+
+def test_dc14_a_new_leader_instance_keeps_the_floor_moving(url: str) -> None:
+    """DC-14's state is in memory (the markers read, the retention walk's position): a new
+    `ClusterCheckpointer` (a leader restarted in the same term, or the next one) starts from
+    nothing, reads the markers again and walks again, and Commits still go past the bound."""
+
+    async def body(cluster: Cluster) -> None:
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
+        ids: list[int] = []
+        async with cluster.running(participants):
+            for round_ in range(2):
+                if round_:
+                    cluster.leader = ClusterCheckpointer(
+                        cluster.decisions,
+                        cluster.authority,
+                        proof=lambda: cluster.proof,
+                        owners_of=lambda f: cluster.owners if f == cluster.fence else None,
+                        poll_s=POLL_S,
+                        abort_reserve_s=0.5,
+                        floor_policy=SMALL,
+                    )
+                for _ in range(BOUND + 2):
+                    result = await checkpoint(cluster)
+                    assert result.success, result.error
+                    ids.append(result.checkpoint_id)
+        floor = cluster.leader.upkeep.floor
+        assert floor is not None and floor.verified_below > ids[BOUND + 2]  # read again
+        assert len(await live_commit_ids(cluster)) < SMALL.trigger_commits
+        result = await committed_output(cluster)
+        assert result.attempts == tuple(ids) and result.records == outputs_of(ids)
+
+    run(url, body, live_commits_max=BOUND, floor_policy=SMALL)
