@@ -38,6 +38,7 @@ from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 from laminar_cluster.store.probe import verify_store_contract
+from laminar_cluster.store.read_retry import ReadRetryingStore
 
 EXIT_STORE_REFUSED: Final = 2  # also a metrics port that cannot be bound
 PROBE_TIMEOUT_S: Final = 10.0
@@ -105,6 +106,9 @@ async def _run(
                 return EXIT_STORE_REFUSED
         if faults is not None:
             store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
+        # Reads failed by StoreUnavailable are sent again (at most 3 tries, under the caller's
+        # deadline); writes are never repeated here (store.read_retry).
+        store = ReadRetryingStore(store, clock)
         metrics = None if metrics_port is None else NodeMetrics()
         if metrics is not None and metrics_port is not None:
             try:
