@@ -2,8 +2,9 @@
 every startup step is retried on StoreUnavailable until one deadline, a failure no retry fixes
 ends the process with a clear `startup_failed` event and exit 5, never a traceback.
 
-The store is the in-memory `FaultyStore`; outages are windows of simulated time in which every
-request fails before it is applied."""
+The store is a `FaultyStore` over the simulation's in-process store (its requests never leave
+the event loop, so simulated time cannot outrun them on a loaded host); outages are windows of
+simulated time in which every request fails before it is applied."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ from laminar_cluster.rebalance.node import (
 )
 from laminar_cluster.rebalance.node_log import NodeLog
 from laminar_cluster.rebalance.node_startup import acquire_lease, activate_lease, first_members
-from laminar_cluster.store import OVERWRITE, open_store
+from laminar_cluster.store import OVERWRITE
 from laminar_cluster.store.counting import CountingStore
 from laminar_cluster.store.faulty import FaultConfig, FaultKind, FaultyStore
+from tests.sim.store import SimStore
 
 T = TypeVar("T")
 TTL_S = 2.0
@@ -43,11 +45,13 @@ def _faulty(clock: SimulatedClock, *outages: tuple[float, float]) -> FaultyStore
     now = clock.monotonic()
     windows = tuple((now + start, now + end) for start, end in outages)
     return FaultyStore(
-        open_store("memory://"), clock=clock, seed=1, config=FaultConfig(outages=windows)
+        SimStore.fresh(clock), clock=clock, seed=1, config=FaultConfig(outages=windows)
     )
 
 
-async def _drive(clock: SimulatedClock, work: Awaitable[T], *, limit_s: float = 120.0) -> T:
+async def _drive(
+    clock: SimulatedClock, work: Awaitable[T], *, limit_s: float = 120.0, tick_s: float = TICK_S
+) -> T:
     """Run `work` while simulated time moves in ticks (real store I/O finishes between ticks);
     its result, or its exception re-raised as is."""
 
@@ -59,11 +63,11 @@ async def _drive(clock: SimulatedClock, work: Awaitable[T], *, limit_s: float = 
 
     async with asyncio.TaskGroup() as group:
         task = group.create_task(captured())
-        for _ in range(round(limit_s / TICK_S)):
+        for _ in range(round(limit_s / tick_s)):
             if task.done():
                 break
             await asyncio.sleep(0)
-            await clock.step(TICK_S)
+            await clock.step(tick_s)
     outcome = task.result()
     if isinstance(outcome, Exception):
         raise outcome
@@ -135,7 +139,7 @@ def test_startup_gives_up_at_its_deadline() -> None:
 def test_a_corrupt_lease_record_is_not_retried() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=5)
-        store = CountingStore(open_store("memory://"))
+        store = CountingStore(SimStore.fresh(clock))
         await store.put(node_lease_path(7), b'{"version":1}', OVERWRITE)
         store.reset()
         holder = ProcessLeaseHolder(store, clock, 7, ttl_s=TTL_S)
@@ -190,7 +194,7 @@ def test_node_that_cannot_start_exits_5_with_a_clear_event() -> None:
         clock = SimulatedClock(seed=7)
         store = _faulty(clock, (0.0, 600.0))
         node, out = _node(store, clock)
-        assert await _drive(clock, node.run()) == EXIT_STARTUP_FAILED
+        assert await _drive(clock, node.run(), tick_s=0.1) == EXIT_STARTUP_FAILED
         events = _events(out)
         failed = [event for event in events if event["event"] == "startup_failed"]
         assert len(failed) == 1 and failed[0]["kind"] == "DeadlineExceeded"
