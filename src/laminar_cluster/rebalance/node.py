@@ -1,6 +1,8 @@
 """`RebalanceNode`: one process's whole rebalance control plane (spec_rebalance §1, §4.2, §4.17).
 
-`run()` acquires the node's process lease (a new boot and term) and activates it, then runs
+`run()` acquires the node's process lease (a new boot and term), activates it and reads the
+first membership view, each step retried on StoreUnavailable until one startup deadline
+(`node_startup`; a startup that cannot finish logs `startup_failed` and exits 5), then runs
 until it leaves, is stopped or is fenced, in one TaskGroup:
 
 * the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
