@@ -23,6 +23,7 @@ from laminar_cluster.checkpoint.records import (
     LeaderProof,
 )
 from laminar_cluster.clock import Clock, RealClock
+from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
 from laminar_cluster.coordinator.host import Cut, VnodeCut
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
@@ -30,6 +31,7 @@ from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.store import CREATE, ObjectStore, open_store
@@ -139,12 +141,25 @@ class Cluster:
 
 
 async def make_cluster(
-    url: str, owners: Sequence[int] = (1, 1, 1, 2, 2, 2, 3, 3), *, clock: Clock | None = None
+    url: str,
+    owners: Sequence[int] = (1, 1, 1, 2, 2, 2, 3, 3),
+    *,
+    clock: Clock | None = None,
+    live_commits_max: int = MAX_LIVE_AUTHORITY_LINKS,
+    floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
 ) -> Cluster:
+    """`live_commits_max` lowers the leader authority's S22 bound (DC-14 tests reach it with a
+    few checkpoints); `floor_policy` is the leader's (None: the artifact floor never moves)."""
     clock = clock or RealClock()
     store = open_store(url)
     decisions = DecisionStore.shared(store, clock=clock)
-    authority = LeaderLeaseStore(store, clock=clock, ttl_s=TTL_S, decisions=decisions)
+    authority = LeaderLeaseStore(
+        store,
+        clock=clock,
+        ttl_s=TTL_S,
+        decisions=decisions,
+        live_commit_links_max=live_commits_max,
+    )
     me = participant(1)
     owner = LeaderLeaseOwner(node=1, boot=me.boot_incarnation, process_term=1)
     began = await authority.begin_new_term(owner, deadline=clock.monotonic() + 30.0)
@@ -160,6 +175,7 @@ async def make_cluster(
         owners_of=lambda f: current.owners if f == fence else None,
         poll_s=POLL_S,
         abort_reserve_s=0.5,
+        floor_policy=floor_policy,
     )
     return Cluster(url, clock, store, decisions, authority, proof, tuple(owners), fence, leader)
 

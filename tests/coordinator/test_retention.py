@@ -44,6 +44,8 @@ async def checkpoint(cluster: Cluster, *, deadline_s: float = 20.0) -> Checkpoin
 class NoRetention:
     """Stands in for the leader's retention walk, to build a backlog."""
 
+    walked_below = 0  # it handles no attempt
+
     async def step(self, newest_committed: int, *, max_deletes: int) -> RetentionStep:
         return RetentionStep(0, 0, caught_up=False)
 

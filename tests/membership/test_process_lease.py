@@ -9,7 +9,12 @@ from collections.abc import Callable
 import pytest
 
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    InvalidArgument,
+    StoreUnavailable,
+)
 from laminar_cluster.lease.validate_decisions import process_fence_is_canonical
 from laminar_cluster.membership import (
     NodeState,
@@ -22,6 +27,7 @@ from laminar_cluster.membership import (
     read_node_record,
     wait_until_drained,
 )
+from laminar_cluster.membership.process_lease import PROCESS_LEASE_ATTEMPTS_MAX
 from laminar_cluster.store import OVERWRITE, ObjectStore, open_store
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
 
@@ -229,5 +235,33 @@ def test_wait_until_drained_is_bounded_by_the_deadline() -> None:
                 await run_for(clock, 2.0)
         assert isinstance(info.value.exceptions[0], DeadlineExceeded)
         assert calls == 5  # at 0, 0.25, 0.5, 0.75 and 1.0 s: never past the deadline
+
+    asyncio.run(main())
+
+
+def test_a_renewal_applied_unseen_is_adopted_by_the_next_one() -> None:
+    """A renewal's write applies, its response is lost and every read back fails: the call
+    fails. The next renewal finds that record (our nonce) and renews on top of it, instead of
+    taking it for a foreign write to our own term (CorruptRecord, which crashed the node)."""
+
+    async def main() -> None:
+        clock = SimulatedClock(seed=12)
+        store = FaultyStore(open_store("memory://"), clock=clock, seed=12)
+        holder = _holder(store, clock)
+        acquired = await holder.acquire(deadline=FAR)
+        store.fail_next(FaultKind.AFTER, op="put")
+        for _ in range(PROCESS_LEASE_ATTEMPTS_MAX):
+            store.fail_next(FaultKind.BEFORE, op="get")
+        with pytest.raises(StoreUnavailable):
+            await holder.renew(deadline=FAR, state=NodeState.ACTIVE)
+        unseen = await read_node_record(store.inner, 7)
+        assert unseen is not None and unseen.record.state is NodeState.ACTIVE  # it applied
+
+        record = await holder.renew(deadline=FAR)
+        stored = await read_node_record(store.inner, 7)
+        assert stored is not None and stored.record == record
+        assert record.lease.seq == acquired.record.lease.seq + 2
+        assert record.state is NodeState.ACTIVE  # the adopted state, never moved back
+        assert holder.record == record
 
     asyncio.run(main())

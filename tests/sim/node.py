@@ -35,6 +35,7 @@ from laminar_cluster.rebalance.node import (
     EXIT_FENCED,
     EXIT_LEAVE_TIMEOUT,
     EXIT_LEFT,
+    EXIT_STARTUP_FAILED,
     NodeConfig,
     RebalanceNode,
 )
@@ -239,4 +240,5 @@ class SimProcess:
             EXIT_LEFT: Exit.LEFT,
             EXIT_FENCED: Exit.FENCED,
             EXIT_LEAVE_TIMEOUT: Exit.LEAVE_TIMEOUT,
+            EXIT_STARTUP_FAILED: Exit.ERROR,
         }.get(code, Exit.STOPPED)

@@ -46,7 +46,7 @@ from laminar_cluster.cli.store_check import print_report
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
-from laminar_cluster.runtime.output import open_output_authority
+from laminar_cluster.runtime.output import committed_checkpoints, open_output_authority
 from laminar_cluster.runtime.workload import Workload, expected_aggregates
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.probe import ProbeReport, probe_store_contract
@@ -148,10 +148,16 @@ async def _check(store: ObjectStore, clock: Clock, workload: Workload) -> CheckR
 
 
 async def _outcome_counts(store: ObjectStore, clock: Clock) -> dict[str, int]:
-    """Committed and aborted cluster checkpoints, as the leader authority records them."""
-    outcomes = await cluster_outcomes(open_output_authority(store, clock))
-    commits = sum(1 for outcome in outcomes if outcome.is_commit())
-    return {"committed": commits, "aborted": len(outcomes) - commits}
+    """Committed cluster checkpoints (sink commit markers and live Commits: the authority
+    forgets Commits below its artifact floor, DC-14) and the Aborts the authority still lists
+    (it forgets older ones when it compacts its history)."""
+    authority = open_output_authority(store, clock)
+    committed = await committed_checkpoints(authority)
+    outcomes = await cluster_outcomes(authority)
+    return {
+        "committed": len(committed),
+        "aborted": sum(1 for outcome in outcomes if not outcome.is_commit()),
+    }
 
 
 def _scenario_figures(fleet: NodeFleet, marks: Marks, workload: Workload) -> dict[str, Any]:

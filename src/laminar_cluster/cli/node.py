@@ -6,12 +6,14 @@ SIGINT. A node whose event log is empty idles until a producer declares its part
 The first SIGTERM/SIGINT leaves gracefully (draining, drained, left; exit 0, or 4 when the
 leave timeout passes first); a second one stops at once without leaving (exit 1). A newer start
 of the same node id fences this one (exit 3); a store that fails the contract probe is refused
-(exit 2), as is a metrics port that cannot be bound. Logs are JSON lines on stderr, one event per
-line (`rebalance.node_log`), with the library's warnings forwarded as `log` events
-(`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info records too, for reading a stalled run). Once the
-store passed its probe, the first event is `started`, naming the metrics endpoint
-(`metrics_port`, `metrics_url`; null without `--metrics-port`; port 0 picks a free one and logs
-the bound port).
+(exit 2; a probe stopped only by transient store errors is run again first), as is a metrics
+port that cannot be bound; a node that cannot start within its startup deadline (its store
+unavailable throughout, or an error no retry fixes) logs `startup_failed` and exits 5. Logs
+are JSON lines on stderr, one event per line (`rebalance.node_log`), with the library's
+warnings forwarded as `log` events (`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info records too,
+for reading a stalled run). Once the store passed its probe, the first event is `started`,
+naming the metrics endpoint (`metrics_port`, `metrics_url`; null without `--metrics-port`;
+port 0 picks a free one and logs the bound port).
 
 With a metrics port the node keeps a `NodeMetrics` (leader, token, assignment version, vnodes
 owned and restoring, checkpoint durations and verdicts, rotations, events, source lag, store
@@ -29,7 +31,7 @@ import sys
 from dataclasses import asdict
 from typing import Final
 
-from laminar_cluster.clock import RealClock
+from laminar_cluster.clock import RealClock, retry_until
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, serve
 from laminar_cluster.rebalance.node import NodeConfig
@@ -38,10 +40,15 @@ from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 from laminar_cluster.store.probe import verify_store_contract
+from laminar_cluster.store.read_retry import ReadRetryingStore
 
 LOG_LEVEL_ENV: Final = "LAMINAR_NODE_LOG_LEVEL"
 EXIT_STORE_REFUSED: Final = 2  # also a metrics port that cannot be bound
 PROBE_TIMEOUT_S: Final = 10.0
+# A probe stopped only by transient failures (StoreContractInconclusive) is run again, with a new
+# probe object, at most this often and until this long after the first started.
+PROBE_ATTEMPTS_MAX: Final = 4
+PROBE_RETRY_S: Final = 30.0
 
 
 def run_node_command(
@@ -93,12 +100,21 @@ async def _run(
     try:
         if probe:
             try:
-                await verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S)
+                await retry_until(
+                    lambda: verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S),
+                    what=f"{store.url}: store contract probe",
+                    clock=clock,
+                    deadline=clock.monotonic() + PROBE_RETRY_S,
+                    attempts_max=PROBE_ATTEMPTS_MAX,
+                )
             except LaminarError as error:
                 log.write("refused", error=str(error))
                 return EXIT_STORE_REFUSED
         if faults is not None:
             store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
+        # Reads failed by StoreUnavailable are sent again (at most 3 tries, under the caller's
+        # deadline); writes are never repeated here (store.read_retry).
+        store = ReadRetryingStore(store, clock)
         metrics = None if metrics_port is None else NodeMetrics()
         if metrics is not None and metrics_port is not None:
             try:

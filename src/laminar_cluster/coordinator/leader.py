@@ -21,9 +21,12 @@ It implements `rebalance.handoff_checkpoint.Checkpointer`, so it is what
 8. DC-12: after our Commit, the sink's `committed.json` marker; before step 2 of every call,
    the markers of live Commits a crashed leader left missing are repaired;
 9. DC-13: after our Commit, one bounded retention step: the prepare and partials of older
-   committed attempts, and every object of attempts that can never commit, deleted.
+   committed attempts, and every object of attempts that can never commit, deleted;
+10. DC-14: then one artifact floor step: with `floor_policy.trigger_commits` live Commits, the
+   authority's artifact floor moves up to keep the newest `retained_commits`, never past the
+   handoff pin, a Commit whose marker is not read back, or the retention walk.
 
-Steps 8 and 9 are `upkeep.LeaderUpkeep`'s, best effort: they never change the call's result.
+Steps 8-10 are `upkeep.LeaderUpkeep`'s, best effort: they never change the call's result.
 
 Calls are serialized. Expected failures come back as success=False, never raised; cancellation
 propagates.
@@ -51,6 +54,7 @@ from laminar_cluster.checkpoint.records import (
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
 from laminar_cluster.coordinator.collect import Collection, Sealed, collect_acks, union_offsets
 from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
@@ -92,6 +96,7 @@ class CheckpointStats:
     markers_repaired: int = 0  # sink commit markers of earlier Commits written by this call
     deleted: int = 0  # attempt objects the retention step deleted
     retention_s: float = 0.0  # its duration (not in duration_s)
+    artifact_floor: int | None = None  # the artifact floor after this call's step (DC-14)
 
 
 class ClusterCheckpointer:
@@ -108,6 +113,7 @@ class ClusterCheckpointer:
         store: ObjectStore | None = None,
         pipeline_identity: PipelineIdentity = EMPTY_PIPELINE,
         abort_reserve_s: float = 1.0,
+        floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
     ) -> None:
         if poll_s <= 0 or abort_reserve_s <= 0:
             raise ValueError("poll_s and abort_reserve_s must be > 0")
@@ -124,7 +130,7 @@ class ClusterCheckpointer:
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
-        self.upkeep = LeaderUpkeep(self.store, decisions, authority)
+        self.upkeep = LeaderUpkeep(self.store, decisions, authority, floor_policy)
 
     async def __call__(
         self,
@@ -182,9 +188,10 @@ class ClusterCheckpointer:
         result = await self._decide(prepare, collection, deadline=deadline)
         duration_s = self.clock.monotonic() - started_s
         retention_started_s = self.clock.monotonic()
-        step = None
+        step = floor = None
         if result.success:
             step = await self.upkeep.retain(attempt.checkpoint_id, fence, deadline=deadline)
+            floor = await self.upkeep.advance_floor(proof, deadline=deadline)  # DC-14
         self.last = CheckpointStats(
             checkpoint_id=attempt.checkpoint_id,
             verdict=self._recorded,
@@ -194,6 +201,7 @@ class ClusterCheckpointer:
             markers_repaired=repaired,
             deleted=0 if step is None else step.deleted,
             retention_s=self.clock.monotonic() - retention_started_s,
+            artifact_floor=None if floor is None else floor.artifact_before_epoch,
         )
         return result
 

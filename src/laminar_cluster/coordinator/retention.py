@@ -20,6 +20,10 @@ One `AttemptRetention` walks the attempt keys once, in listing order, from an in
 `LIST_PAGE_KEYS` keys and `max_deletes` deletes per step. Keys that are not canonical attempt
 objects are never deleted. A delete or listing failure leaves the cursor where it was (the next
 step retries); objects a late writer re-creates below the cursor stay until the next leader.
+
+`walked_below` is the checkpoint ID below which this walk has handled every attempt (its
+deletes done): the artifact floor never passes it (DC-14), so no attempt leaves the authority's
+live list before the walk has told whether it committed.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class AttemptRetention:
         self.deleted = 0  # over this instance's life
         self._cursor: str | None = None  # the last key handled: listing resumes after it
         self._marked: int | None = None  # the attempt whose marker the walk saw last
+        self.walked_below = 0  # every attempt below this ID is handled (module docstring)
 
     async def step(self, newest_committed: int, *, max_deletes: int) -> RetentionStep:
         """Delete what attempts below `newest_committed` no longer need, within the bounds."""
@@ -93,7 +98,8 @@ class AttemptRetention:
             others: list[str] = []
             handled = self._cursor
             caught_up = len(page) < LIST_PAGE_KEYS  # the end of the listing
-            budget_left = True
+            budget_left, stopped = True, False  # stopped: at the newest Commit or the pin
+            reached = self.walked_below  # every attempt below it is handled once deletes are done
             for meta in page:
                 try:
                     checkpoint_id, kind = parse_attempt_object(meta.key)
@@ -101,11 +107,13 @@ class AttemptRetention:
                     handled = meta.key
                     continue
                 if checkpoint_id >= newest_committed or checkpoint_id == pinned:
-                    caught_up = True
+                    caught_up = stopped = True
+                    reached = max(reached, checkpoint_id)
                     break
                 if deleted + len(sink_data) + len(others) >= max_deletes:
                     budget_left = False
                     break
+                reached = max(reached, checkpoint_id)  # the keys of lower attempts are handled
                 listed += 1
                 handled = meta.key
                 if kind is AttemptObject.SINK_COMMIT:
@@ -124,6 +132,9 @@ class AttemptRetention:
             await self._delete(others)
             deleted += len(sink_data) + len(others)
             self._cursor = handled
+            if caught_up and budget_left and not stopped:  # the listing ended: none is left below
+                reached = max(reached, newest_committed)
+            self.walked_below = reached
             if not budget_left:
                 return RetentionStep(deleted, listed, caught_up=False)
             if caught_up:

@@ -1,9 +1,11 @@
 """The leader's upkeep around a checkpoint call (docs/protocols/distributed-checkpoint.md,
-leader steps L0, L8, L9; DC-12, DC-13): the sink commit markers (`sink_commits`) and the
-retention of attempt objects (`retention`).
+leader steps L0, L8, L9, L10; DC-12, DC-13, DC-14): the sink commit markers (`sink_commits`),
+the retention of attempt objects (`retention`) and the authority's artifact floor
+(`artifact_floor`).
 
 All of it is best effort: a failure is logged and never changes the call's result (the Commit
-is durable; the next call repairs a missing marker and resumes the retention walk).
+is durable; the next call repairs a missing marker, resumes the retention walk and retries the
+floor).
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     CheckpointOutcome,
     FenceParticipant,
+    LeaderProof,
 )
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.coordinator.artifact_floor import (
+    ArtifactFloorKeeper,
+    ArtifactFloorPolicy,
+    FloorStep,
+)
 from laminar_cluster.coordinator.retention import AttemptRetention, RetentionStep, deletes_per_step
 from laminar_cluster.coordinator.sink_commits import SinkCommitWriter
 from laminar_cluster.errors import LaminarError
@@ -32,12 +40,29 @@ class LeaderUpkeep:
     """One leader instance's markers and retention walk (module docstring)."""
 
     def __init__(
-        self, store: ObjectStore, decisions: DecisionStore, authority: LeaderLeaseStore
+        self,
+        store: ObjectStore,
+        decisions: DecisionStore,
+        authority: LeaderLeaseStore,
+        floor_policy: ArtifactFloorPolicy | None = None,
     ) -> None:
+        """`floor_policy` None: the artifact floor is never moved (Commits stop at S22's
+        bound)."""
         self.authority = authority
         self.clock = authority.clock
         self.sink_commits = SinkCommitWriter(store, decisions)
         self.retention = AttemptRetention(store, authority)
+        self.floor = (
+            None
+            if floor_policy is None
+            else ArtifactFloorKeeper(
+                store,
+                decisions,
+                authority,
+                floor_policy,
+                walked_below=lambda: self.retention.walked_below,
+            )
+        )
 
     async def repair_markers(self) -> int:
         """L0, DC-12: the markers of the live Commits above the newest one known marked; the
@@ -74,3 +99,22 @@ class LeaderUpkeep:
         except LaminarError as error:
             logger.warning("attempt retention below checkpoint %d failed: %s", checkpoint_id, error)
             return None
+
+    async def advance_floor(self, proof: LeaderProof, *, deadline: float) -> FloorStep | None:
+        """L10, DC-14: one artifact floor step after our Commit, within half of the time left."""
+        if self.floor is None:
+            return None
+        until = self.clock.monotonic() + (deadline - self.clock.monotonic()) / 2
+        try:
+            async with within_deadline(self.clock, until, "artifact floor step"):
+                step = await self.floor.step(proof, deadline=until)
+        except LaminarError as error:
+            logger.warning("artifact floor step failed: %s", error)
+            return None
+        if step.advanced and step.target is not None:
+            logger.info(
+                "artifact floor moved to epoch %d (held by %s)",
+                step.artifact_before_epoch,
+                step.target.held_by.value,
+            )
+        return step

@@ -14,6 +14,7 @@ from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease import log, term
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.log import PublishedHead
 from laminar_cluster.lease.outcomes import (
     AppendContended,
@@ -36,7 +37,13 @@ class LeaderLeaseStore:
         clock: Clock,
         ttl_s: float,
         decisions: DecisionStore | None = None,
+        live_commit_links_max: int = MAX_LIVE_AUTHORITY_LINKS,
     ) -> None:
+        if not 1 <= live_commit_links_max <= MAX_LIVE_AUTHORITY_LINKS:
+            raise InvalidArgument(
+                f"live_commit_links_max is {live_commit_links_max}; it must be 1.."
+                f"{MAX_LIVE_AUTHORITY_LINKS}"
+            )
         self.store = store
         self.clock = clock
         self.ttl_s = ttl_s
@@ -47,6 +54,9 @@ class LeaderLeaseStore:
         self.head_cache = log.HeadCache()
         # Called after every successful append (§4.8.1); the prune scheduler installs itself.
         self.prune_hook: Callable[[], None] | None = None
+        # S22's admission bound on live Commit links (§4.4.1 step 5). The spec fixes it at
+        # MAX_LIVE_AUTHORITY_LINKS; a lower value only lets tests reach it with few checkpoints.
+        self.live_commit_links_max = live_commit_links_max
 
     def require_decisions(self) -> DecisionStore:
         if self.decisions is None:

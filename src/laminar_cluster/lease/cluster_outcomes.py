@@ -155,7 +155,7 @@ async def _record_attempt(
     settled = _settled(snapshot, candidate)
     if settled is not None:
         return settled
-    _check_admissible(current, snapshot, candidate)
+    _check_admissible(current, snapshot, candidate, authority.live_commit_links_max)
     if candidate.is_commit():
         # §2.9: derived from the head the append below is conditioned on, so a decision
         # admitted in between makes the append contend and the pin is derived again.
@@ -198,17 +198,22 @@ def _settled(snapshot: OutcomeSnapshot, candidate: CheckpointOutcome) -> RecordO
 
 
 def _check_admissible(
-    current: LeaderAuthorityRecord, snapshot: OutcomeSnapshot, candidate: CheckpointOutcome
+    current: LeaderAuthorityRecord,
+    snapshot: OutcomeSnapshot,
+    candidate: CheckpointOutcome,
+    live_commits_max: int = MAX_LIVE_AUTHORITY_LINKS,
 ) -> None:
-    """§4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it."""
+    """§4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it.
+    `live_commits_max` is S22's bound (MAX_LIVE_AUTHORITY_LINKS, lower only in tests)."""
+    assert 1 <= live_commits_max <= MAX_LIVE_AUTHORITY_LINKS
     if snapshot.outcomes and candidate.checkpoint_id <= snapshot.outcomes[-1].checkpoint_id:
         raise Refused(  # S11: outcomes strictly increase
             f"cluster checkpoint {candidate.checkpoint_id} does not advance durable checkpoint "
             f"{snapshot.outcomes[-1].checkpoint_id}"
         )
-    if candidate.is_commit() and len(snapshot.commit_links) >= MAX_LIVE_AUTHORITY_LINKS:
+    if candidate.is_commit() and len(snapshot.commit_links) >= live_commits_max:
         raise Refused(  # S22: the Commit chain walk stays bounded
-            f"live Commit retention reached the fixed {MAX_LIVE_AUTHORITY_LINKS}-link authority "
+            f"live Commit retention reached the {live_commits_max}-link authority "
             "bound; advance the artifact-retention horizon before admitting another Commit"
         )
     floor = current.outcome_floor

@@ -23,6 +23,7 @@ from msgspec.structs import replace
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import (
     CorruptRecord,
+    DeadlineExceeded,
     Fenced,
     InvalidArgument,
     LaminarError,
@@ -112,6 +113,9 @@ class ProcessLeaseHolder:
         self._held: Stored | None = None
         self._valid_until_s: float | None = None
         self._released = False
+        # A renewal whose call failed after its write may have applied (lost response, read
+        # back failed): the next renewal adopts it if it is what the store holds.
+        self._unconfirmed: NodeLeaseRecord | None = None
         self._lock = asyncio.Lock()  # one renewal at a time: our own CAS never races itself
 
     @property
@@ -164,18 +168,19 @@ class ProcessLeaseHolder:
         """One renewal (optionally announcing `state`); ProcessFenced when superseded."""
         async with self._lock:
             held = self._require_held()
-            new_state = held.record.state if state is None else state
-            # ML-6: a state never moves backwards within one term.
-            if STATE_ORDER[new_state] < STATE_ORDER[held.record.state]:
-                raise InvalidArgument(
-                    f"{self.key}: state {held.record.state.value} cannot go to {new_state.value}"
-                )
             started_s = self._clock.monotonic()
             valid_until_s = self._valid_until_s
             if valid_until_s is None:
                 self._lost("was already fenced")
             if started_s >= valid_until_s:
                 self._lost(f"missed its renewal deadline by {started_s - valid_until_s:.3f} s")
+            held = await self._settle_unconfirmed(held, min(deadline, valid_until_s))
+            new_state = held.record.state if state is None else state
+            # ML-6: a state never moves backwards within one term.
+            if STATE_ORDER[new_state] < STATE_ORDER[held.record.state]:
+                raise InvalidArgument(
+                    f"{self.key}: state {held.record.state.value} cannot go to {new_state.value}"
+                )
             lease = held.record.lease
             candidate = replace(
                 held.record,
@@ -184,7 +189,11 @@ class ProcessLeaseHolder:
                 nonce=str(self._clock.uuid4()),
             )
             op_deadline = min(deadline, valid_until_s)
-            written = await self._renew_loop(held, candidate, op_deadline)
+            try:
+                written = await self._renew_loop(held, candidate, op_deadline)
+            except (StoreUnavailable, DeadlineExceeded):
+                self._unconfirmed = candidate
+                raise
             if self._clock.monotonic() >= valid_until_s:
                 self._lost("renewal answered after the local lease deadline")  # ML-3
             self._held = written
@@ -192,6 +201,21 @@ class ProcessLeaseHolder:
             if new_state is NodeState.LEFT:
                 self._released = True
             return candidate
+
+    async def _settle_unconfirmed(self, held: Stored, deadline: float) -> Stored:
+        """Before a renewal after a failed one: adopt the failed one's record if it applied
+        (its nonce makes it ours alone; validity stays anchored at the last confirmed write).
+        StoreUnavailable when the read fails (nothing was written by this call)."""
+        unconfirmed = self._unconfirmed
+        if unconfirmed is None:
+            return held
+        async with within_deadline(self._clock, deadline, f"{self.key}: read back"):
+            current = await read_node_record(self._store, self.node)
+        self._unconfirmed = None
+        if current is not None and current.record == unconfirmed:
+            self._held = current
+            return current
+        return held  # it did not apply, or someone else wrote: the CAS decides (ML-2)
 
     async def _renew_loop(
         self, held: Stored, candidate: NodeLeaseRecord, op_deadline: float

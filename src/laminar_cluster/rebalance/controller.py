@@ -53,6 +53,8 @@ from laminar_cluster.store import ObjectStore
 logger: Final = logging.getLogger(__name__)
 
 _LIVE: Final = frozenset({ObservedState.JOINING, ObservedState.ACTIVE, ObservedState.DRAINING})
+# The least time one membership poll of `run` may take, whatever its interval.
+MEMBERS_POLL_TIMEOUT_S_MIN: Final = 1.0
 _CHECKPOINT_CAPABLE: Final = frozenset({ObservedState.ACTIVE, ObservedState.DRAINING})
 
 
@@ -206,14 +208,19 @@ class StoreClusterController:
         return view
 
     async def run(self, shutdown: asyncio.Event, poll_s: float) -> None:
-        """Refresh the members every `poll_s` until `shutdown`; a failed poll is only logged."""
+        """Refresh the members every `poll_s` until `shutdown`; a failed poll is only logged.
+        One poll may take up to `max(poll_s, MEMBERS_POLL_TIMEOUT_S_MIN)`: a busy process whose
+        polls all outlived a short `poll_s` kept a stale view for good."""
         if not poll_s > 0:
             raise InvalidArgument(f"members poll interval {poll_s} s must be > 0")
         try:
             while not shutdown.is_set():
-                next_s = self.clock.monotonic() + poll_s
+                now_s = self.clock.monotonic()
+                next_s = now_s + poll_s
                 try:
-                    await self.refresh_members(deadline=next_s)
+                    await self.refresh_members(
+                        deadline=now_s + max(poll_s, MEMBERS_POLL_TIMEOUT_S_MIN)
+                    )
                 except LaminarError as error:
                     logger.warning("node-%d: membership refresh failed: %s", self.node_id, error)
                 if shutdown.is_set():

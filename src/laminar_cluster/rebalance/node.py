@@ -1,6 +1,8 @@
 """`RebalanceNode`: one process's whole rebalance control plane (spec_rebalance §1, §4.2, §4.17).
 
-`run()` acquires the node's process lease (a new boot and term) and activates it, then runs
+`run()` acquires the node's process lease (a new boot and term), activates it and reads the
+first membership view, each step retried on StoreUnavailable until one startup deadline
+(`node_startup`; a startup that cannot finish logs `startup_failed` and exits 5), then runs
 until it leaves, is stopped or is fenced, in one TaskGroup:
 
 * the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
@@ -54,7 +56,7 @@ from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaseManagerConfig
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership.discovery import Discovery
-from laminar_cluster.membership.leave import activate, keep_renewed
+from laminar_cluster.membership.leave import keep_renewed
 from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
 from laminar_cluster.membership.records import NodeState
 from laminar_cluster.rebalance.context import RebalanceContext
@@ -71,6 +73,7 @@ from laminar_cluster.rebalance.node_duties import LeaderDuties
 from laminar_cluster.rebalance.node_leadership import ManagedLeadership, leader_eligible
 from laminar_cluster.rebalance.node_log import NodeLog
 from laminar_cluster.rebalance.node_monitor import NodeMonitor
+from laminar_cluster.rebalance.node_startup import acquire_lease, activate_lease, first_members
 from laminar_cluster.rebalance.node_stats import PurposeCountingStore, counting_as
 from laminar_cluster.rebalance.startup import wait_until_drained
 from laminar_cluster.rebalance.watcher import SnapshotWatcher
@@ -81,6 +84,7 @@ EXIT_LEFT: Final = 0
 EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
 EXIT_FENCED: Final = 3
 EXIT_LEAVE_TIMEOUT: Final = 4
+EXIT_STARTUP_FAILED: Final = 5  # the startup deadline passed, or a store error no retry fixes
 STARTUP_TIMEOUT_S: Final = 30.0
 # How long tasks get to finish by themselves after shutdown before they are cancelled.
 SHUTDOWN_GRACE_S: Final = 2.0
@@ -163,11 +167,37 @@ class RebalanceNode:
         self.shutdown.set()
 
     async def run(self) -> int:
-        """Run until left (0), stopped (1), fenced (3) or out of leave time (4)."""
+        """Run until left (0), stopped (1), fenced (3), out of leave time (4) or unable to
+        start (5: the startup deadline passed, or a store error that no retry fixes)."""
+        try:
+            holder, leadership, loop = await self._start()
+        except ProcessFenced as error:
+            self.log.write("fenced", error=str(error))
+            self.exit_code = EXIT_FENCED
+        except LaminarError as error:
+            self.log.write("startup_failed", kind=type(error).__name__, error=str(error))
+            self.exit_code = EXIT_STARTUP_FAILED
+        else:
+            try:
+                await self._run_tasks(holder, leadership, loop)
+            except* ProcessFenced as group:
+                self.log.write("fenced", error=str(group.exceptions[0]))
+                self.exit_code = EXIT_FENCED
+            except* Exception as group:
+                self.log.write("crashed", error=repr(group.exceptions[0]))
+                raise
+        self.log.write("stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    async def _start(self) -> tuple[ProcessLeaseHolder, ManagedLeadership, RebalanceLoop]:
+        """Acquire and activate the process lease, assemble the control plane and read the
+        first membership view, each store step retried on StoreUnavailable until one startup
+        deadline (`node_startup`)."""
         config, clock = self.config, self.clock
+        deadline = clock.monotonic() + STARTUP_TIMEOUT_S
         holder = ProcessLeaseHolder(self.store, clock, config.node_id, ttl_s=config.ttl_s)
         self.holder = holder
-        acquired = await holder.acquire(deadline=clock.monotonic() + STARTUP_TIMEOUT_S)
+        acquired = await acquire_lease(holder, clock, deadline=deadline)
         predecessor = acquired.predecessor
         self.log.write(
             "acquired",
@@ -175,18 +205,12 @@ class RebalanceNode:
             boot=acquired.record.lease.owner,
             predecessor_term=None if predecessor is None else predecessor.lease.term,
         )
-        await activate(holder, deadline=clock.monotonic() + config.ttl_s)
+        await activate_lease(holder, clock, deadline=deadline)
         self.log.write("active", term=acquired.record.lease.term)
-        try:
-            await self._run_tasks(holder)
-        except* ProcessFenced as group:
-            self.log.write("fenced", error=str(group.exceptions[0]))
-            self.exit_code = EXIT_FENCED
-        except* Exception as group:
-            self.log.write("crashed", error=repr(group.exceptions[0]))
-            raise
-        self.log.write("stopped", exit_code=self.exit_code)
-        return self.exit_code
+        leadership, loop = self._assemble(holder)
+        assert self.controller is not None
+        await first_members(self.controller, clock, deadline=deadline)
+        return holder, leadership, loop
 
     def _assemble(self, holder: ProcessLeaseHolder) -> tuple[ManagedLeadership, RebalanceLoop]:
         config, clock, store = self.config, self.clock, self.store
@@ -260,8 +284,9 @@ class RebalanceNode:
                 )
             return settled
 
-    async def _run_tasks(self, holder: ProcessLeaseHolder) -> None:
-        leadership, loop = self._assemble(holder)
+    async def _run_tasks(
+        self, holder: ProcessLeaseHolder, leadership: ManagedLeadership, loop: RebalanceLoop
+    ) -> None:
         assert self.controller is not None and self.engine is not None and self.ctx is not None
         controller, engine, ctx, shutdown = self.controller, self.engine, self.ctx, self.shutdown
         duties = LeaderDuties(
@@ -278,7 +303,6 @@ class RebalanceNode:
             stats_interval_s=self.config.stats_interval_s,
         )
         watcher = SnapshotWatcher(ctx, self.metrics)
-        await controller.refresh_members(deadline=self.clock.monotonic() + STARTUP_TIMEOUT_S)
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(_as("lease", self._renew(holder))),

@@ -8,9 +8,14 @@
   recovery path (§1.2) always finds a committed cut of the current generation.
 (The stopped-recovery round of §1.3 runs in the rebalance loop's attempt, not here.)
 
-Both take the node's `leader_work` lock without waiting for it: the rebalance attempt holds
-it, so a periodic checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must
-strictly increase; a late lower epoch would fail the rotation's handoff).
+Both run under the node's `leader_work` lock, which the rebalance attempt holds too, so a
+periodic checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must strictly
+increase; a late lower epoch would fail the rotation's handoff). Once one is due, the round waits
+in line for the lock (asyncio.Lock wakes its waiters first in, first out). It used to skip the
+round whenever the lock was held: a leader whose rebalance attempts ran back to back (each
+audit outlasting the `watcher_poll` tick, as on a loaded host with a slow store) then never
+checkpointed again, and a faulty-store chaos round stalled with every event processed and none
+committed (issue 7).
 """
 
 from __future__ import annotations
@@ -74,14 +79,20 @@ class LeaderDuties:
 
     async def round(self) -> None:
         self._note_membership()
-        if not self.controller.is_leader() or self.leader_work.locked():
+        if not self.controller.is_leader() or not self._due():
             return
-        async with self.leader_work:
+        async with self.leader_work:  # in line behind a rebalance attempt (module doc)
+            if not self.controller.is_leader():
+                return
             if not self.seeded:
                 await self._seed_if_empty()
                 return
-            if self.ctx.clock.monotonic() >= self.next_checkpoint_s:
+            if self._due():
                 await self._checkpoint()
+
+    def _due(self) -> bool:
+        """The seed is missing, or the periodic checkpoint is due."""
+        return not self.seeded or self.ctx.clock.monotonic() >= self.next_checkpoint_s
 
     def _note_membership(self) -> None:
         version = self.controller.members_watch().version()

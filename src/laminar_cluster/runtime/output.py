@@ -29,6 +29,7 @@ from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     CheckpointAttempt,
+    CheckpointOutcome,
     FenceParticipant,
     RecoveryCapsuleRef,
 )
@@ -46,9 +47,12 @@ from laminar_cluster.coordinator.paths import (
 )
 from laminar_cluster.coordinator.records import SinkCommit, SinkOutput
 from laminar_cluster.coordinator.sink_commits import read_sink_commit
-from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged
 from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome_inventory
+from laminar_cluster.lease.cluster_outcome_reads import (
+    cluster_outcome_inventory,
+    cluster_outcome_retention_boundary,
+)
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
 
@@ -58,6 +62,7 @@ DecodeRecords = Callable[[bytes], Sequence[T]]
 OUTPUTS_PER_ATTEMPT_MAX: Final = 1_000  # one output per participant; a fence has far fewer
 LIST_PAGE_KEYS: Final = 10_000
 LIST_PAGES_MAX: Final = 100_000  # the marker listing's count bound; the deadline ends it first
+FLOOR_READS_MAX: Final = 4  # listings retried because the artifact floor moved during one
 
 AggregateRecord = tuple[int, int, int]  # (key, count_delta, sum_delta)
 
@@ -168,19 +173,44 @@ async def read_committed_output(
     )
 
 
+async def committed_checkpoints(authority: LeaderLeaseStore) -> tuple[int, ...]:
+    """The checkpoint IDs of every committed attempt, ascending: those with a sink commit marker
+    and the live Commits (below the artifact floor only markers remain, DC-14)."""
+    return tuple(c.attempt.checkpoint_id for c in await _committed_attempts(authority))
+
+
 async def _committed_attempts(authority: LeaderLeaseStore) -> list[_Committed]:
     """Every attempt with a marker, and every live Commit without one, ascending. A marker at or
-    above the artifact floor (where every Commit is live) must have its live Commit."""
-    markers = await _sink_commits(authority.store)
+    above the artifact floor (where every Commit is live) must have its live Commit.
+
+    DC-14: the leader moves the artifact floor past a Commit only once its marker is durable. So
+    the artifact floor is read before the markers are listed, and the outcomes after: if the
+    floor did not move in between, every Commit below it had its marker before the listing
+    began, and the listing shows it. A floor that moved is read again (at most
+    `FLOOR_READS_MAX` times)."""
+    for _ in range(FLOOR_READS_MAX):
+        before = await cluster_outcome_retention_boundary(authority)
+        markers = await _sink_commits(authority.store)
+        inventory = await cluster_outcome_inventory(authority)  # read after the markers
+        floor = inventory.retention_boundary.artifact_before_epoch
+        if floor == before.artifact_before_epoch:
+            return _merge(markers, inventory.outcomes, floor)
+    raise InventoryChanged(
+        f"the artifact floor moved during each of {FLOOR_READS_MAX} committed-output listings"
+    )
+
+
+def _merge(
+    markers: list[SinkCommit], outcomes: tuple[CheckpointOutcome, ...], floor: int
+) -> list[_Committed]:
+    """The markers and the live Commits without one, checked against each other."""
     by_id = {c.attempt.checkpoint_id: _from_marker(c) for c in markers}
-    inventory = await cluster_outcome_inventory(authority)  # read after the markers
-    floor = inventory.retention_boundary.artifact_before_epoch
-    live = {o.checkpoint_id for o in inventory.outcomes if o.is_commit()}
+    live = {o.checkpoint_id for o in outcomes if o.is_commit()}
     for checkpoint_id, marker in by_id.items():
         if marker.attempt.epoch >= floor and checkpoint_id not in live:
             key = sink_commit_path(checkpoint_id)
             raise CorruptRecord(f"{key}: sink commit of an attempt with no live Commit", key=key)
-    for outcome in inventory.outcomes:
+    for outcome in outcomes:
         if not outcome.is_commit() or not outcome.attempt.is_canonical():
             continue
         checkpoint_id = outcome.checkpoint_id

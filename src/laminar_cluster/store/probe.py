@@ -30,6 +30,8 @@ from laminar_cluster.errors import (
     ObjectAlreadyExists,
     ObjectNotFound,
     PreconditionFailed,
+    StoreUnavailable,
+    WriteOutcomeUnknown,
 )
 from laminar_cluster.store.api import CREATE, ObjectMeta, ObjectStore
 
@@ -52,11 +54,22 @@ class StoreContractViolated(LaminarError):
     """The store lacks a property the control plane needs; do not run on it."""
 
 
+class StoreContractInconclusive(StoreContractViolated, StoreUnavailable):
+    """The probe did not finish: a request failed without an answer about the contract (the
+    store was unavailable, a response was lost, a check timed out). Nothing is known to be
+    wrong with the store: retry the probe within the caller's deadline."""
+
+
+NOT_REACHED: Final = "not reached"
+
+
 @dataclass(frozen=True)
 class CheckResult:
     name: str
     ok: bool
     detail: str
+    # Failed without an answer about the contract (unavailable, lost response, timeout).
+    transient: bool = False
 
 
 @dataclass
@@ -71,6 +84,15 @@ class ProbeReport:
 
     def failures(self) -> list[CheckResult]:
         return [result for result in self.results if not result.ok]
+
+    @property
+    def inconclusive(self) -> bool:
+        """Failed only for want of answers: a transient failure, and no other failure than
+        checks not reached."""
+        failures = self.failures()
+        return any(result.transient for result in failures) and all(
+            result.transient or result.detail == NOT_REACHED for result in failures
+        )
 
 
 class _CheckFailed(Exception):
@@ -89,34 +111,41 @@ async def probe_store_contract(
         async with clock.timeout_at(deadline):
             await _run_checks(store, report)
     except TimeoutError:
-        _record(report, _next_check(report), False, f"probe exceeded {timeout_s} s")
+        _record(report, _next_check(report), False, f"probe exceeded {timeout_s} s", True)
     cleanup_deadline = clock.monotonic() + timeout_s
     try:
         async with clock.timeout_at(cleanup_deadline):
             await _check_delete(store, report)
     except TimeoutError:
-        _record(report, "delete_visible", False, f"cleanup exceeded {timeout_s} s")
+        _record(report, "delete_visible", False, f"cleanup exceeded {timeout_s} s", True)
     for name in CHECKS:
-        _record(report, name, False, "not reached")  # no-op for checks already recorded
+        _record(report, name, False, NOT_REACHED)  # no-op for checks already recorded
     report.results.sort(key=lambda result: CHECKS.index(result.name))
     return report
 
 
 async def verify_store_contract(store: ObjectStore, clock: Clock, *, timeout_s: float) -> None:
-    """Raise StoreContractViolated naming every failed check; return if all pass."""
+    """Raise StoreContractViolated naming every failed check (StoreContractInconclusive, also
+    a StoreUnavailable, when only transient failures stopped it); return if all pass."""
     try:
         report = await probe_store_contract(store, clock, timeout_s=timeout_s)
     except DeadlineExceeded as error:
         raise StoreContractViolated(f"{store.url}: contract probe: {error}") from error
     if not report.ok:
         failed = "; ".join(f"{result.name}: {result.detail}" for result in report.failures())
+        if report.inconclusive:
+            raise StoreContractInconclusive(f"{store.url}: store contract probe failed: {failed}")
         raise StoreContractViolated(f"{store.url}: store contract violated: {failed}")
 
 
-def _record(report: ProbeReport, name: str, ok: bool, detail: str) -> None:
+def _record(report: ProbeReport, name: str, ok: bool, detail: str, transient: bool = False) -> None:
     if name in {result.name for result in report.results}:
         return
-    report.results.append(CheckResult(name, ok, detail))
+    report.results.append(CheckResult(name, ok, detail, transient))
+
+
+def _transient(error: LaminarError) -> bool:
+    return isinstance(error, StoreUnavailable | WriteOutcomeUnknown)
 
 
 def _next_check(report: ProbeReport) -> str:
@@ -133,7 +162,7 @@ async def _run_checks(store: ObjectStore, report: ProbeReport) -> None:
             _record(report, name, False, str(failure))
             return  # later checks build on this one
         except LaminarError as error:
-            _record(report, name, False, f"{type(error).__name__}: {error}")
+            _record(report, name, False, f"{type(error).__name__}: {error}", _transient(error))
             return
         _record(report, name, True, detail)
 
@@ -203,7 +232,8 @@ async def _check_delete(store: ObjectStore, report: ProbeReport) -> None:
             _record(report, "delete_visible", False, "the probe is still readable after delete")
             return
     except LaminarError as error:
-        _record(report, "delete_visible", False, f"{type(error).__name__}: {error}")
+        detail = f"{type(error).__name__}: {error}"
+        _record(report, "delete_visible", False, detail, _transient(error))
         return
     if len(report.results) < len(CHECKS) - 1:
         return  # an earlier check failed; delete_visible is reported as not reached

@@ -8,14 +8,16 @@ import dataclasses
 
 import pytest
 
-from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import InvalidArgument, ObjectNotFound
+from laminar_cluster.clock import RealClock, retry_until
+from laminar_cluster.errors import InvalidArgument, ObjectNotFound, StoreUnavailable
 from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
 from laminar_cluster.store.api import OVERWRITE
+from laminar_cluster.store.faulty import FaultKind, FaultyStore
 from laminar_cluster.store.obstore_backend import ObstoreStore
 from laminar_cluster.store.probe import (
     CHECKS,
     PROBE_PREFIX,
+    StoreContractInconclusive,
     StoreContractViolated,
     probe_store_contract,
     verify_store_contract,
@@ -154,3 +156,34 @@ def test_verify_passes_silently_on_a_correct_store() -> None:
 def test_34_zero_timeout_is_invalid() -> None:
     with pytest.raises(InvalidArgument):
         asyncio.run(probe_store_contract(Delegating(), RealClock(), timeout_s=0))
+
+
+@pytest.mark.parametrize("kind", [FaultKind.BEFORE, FaultKind.AFTER])
+def test_a_probe_stopped_by_a_transient_fault_is_inconclusive_and_retried(kind: FaultKind) -> None:
+    async def main() -> None:
+        clock = RealClock()
+        store = FaultyStore(ObstoreStore.memory(), clock=clock, seed=1)
+        store.fail_next(kind, op="put", key_prefix=PROBE_PREFIX)
+        with pytest.raises(StoreContractInconclusive, match="create_exclusive") as info:
+            await verify_store_contract(store, clock, timeout_s=5)
+        assert isinstance(info.value, StoreUnavailable)  # what retry_until retries
+        assert isinstance(info.value, StoreContractViolated)  # what S23 callers catch
+
+        store.fail_next(kind, op="put", key_prefix=PROBE_PREFIX)
+        attempts = 0
+
+        async def verify() -> None:
+            nonlocal attempts
+            attempts += 1
+            await verify_store_contract(store, clock, timeout_s=5)
+
+        await retry_until(verify, what="probe", clock=clock, deadline=clock.monotonic() + 10)
+        assert attempts == 2
+
+    asyncio.run(main())
+
+
+def test_a_violated_contract_is_not_inconclusive() -> None:
+    with pytest.raises(StoreContractViolated) as info:
+        asyncio.run(verify_store_contract(AcceptsStaleUpdates(), RealClock(), timeout_s=5))
+    assert not isinstance(info.value, StoreUnavailable)
