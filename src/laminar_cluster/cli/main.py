@@ -278,6 +278,28 @@ def node(
         float,
         typer.Option("--stats-interval", help="Log store request counters this often (0: off)."),
     ] = 0.0,
+    checkpoint_poll_s: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-poll",
+            help="Participant's prepare and decision poll, leader's ack poll, seconds.",
+        ),
+    ] = 0.05,
+    prepare_timeout_s: Annotated[
+        float,
+        typer.Option("--prepare-timeout", help="Participant: cut and writes of one attempt."),
+    ] = 10.0,
+    decision_timeout_s: Annotated[
+        float,
+        typer.Option("--decision-timeout", help="Participant: one wait for an outcome."),
+    ] = 30.0,
+    source_idle_s: Annotated[
+        float,
+        typer.Option(
+            "--source-idle",
+            help="Engine's wait before reading the event log again when it was caught up.",
+        ),
+    ] = 0.02,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -315,6 +337,8 @@ def node(
     JSON-lines events on stderr."""
     from laminar_cluster.cli.node import run_node_command
     from laminar_cluster.rebalance.node import NodeConfig
+    from laminar_cluster.runtime.engine_types import EngineConfig
+    from laminar_cluster.runtime.node import StreamNodeConfig
     from laminar_cluster.store.faulty import FaultConfig
 
     def run() -> int:
@@ -337,8 +361,19 @@ def node(
                 error_after_rate=fault_rate,
                 latency_s_max=fault_latency_ms / 1000,
             )
+        stream = StreamNodeConfig(
+            engine=EngineConfig(idle_s=source_idle_s),
+            checkpoint_poll_s=checkpoint_poll_s,
+            prepare_timeout_s=prepare_timeout_s,
+            decision_timeout_s=decision_timeout_s,
+        )
         return run_node_command(
-            store, config, metrics_port=metrics_port, faults=faults, fault_seed=fault_seed
+            store,
+            config,
+            metrics_port=metrics_port,
+            stream=stream,
+            faults=faults,
+            fault_seed=fault_seed,
         )
 
     raise typer.Exit(_guard(run))
