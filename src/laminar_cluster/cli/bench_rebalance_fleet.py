@@ -47,6 +47,7 @@ class NodeTimings:
     prepare_timeout_s: float | None = None
     decision_timeout_s: float | None = None
     source_idle_s: float | None = None
+    vnode_count: int | None = None  # None: the node's default (256)
 
     def options(self) -> list[str]:
         optional = (
@@ -55,6 +56,7 @@ class NodeTimings:
             ("--prepare-timeout", self.prepare_timeout_s),
             ("--decision-timeout", self.decision_timeout_s),
             ("--source-idle", self.source_idle_s),
+            ("--vnodes", self.vnode_count),
         )
         return [
             *("--ttl", str(self.ttl_s), "--poll", str(self.poll_s)),

@@ -300,6 +300,14 @@ def node(
             help="Engine's wait before reading the event log again when it was caught up.",
         ),
     ] = 0.02,
+    vnode_count: Annotated[
+        int,
+        typer.Option(
+            "--vnodes",
+            min=1,
+            help="Vnodes of the cluster (every node of a store must use the same count).",
+        ),
+    ] = 256,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -353,6 +361,7 @@ def node(
             checkpoint_timeout_s=checkpoint_timeout_s,
             leave_timeout_s=leave_timeout_s,
             stats_interval_s=stats_interval_s,
+            vnode_count=vnode_count,
         )
         faults = None
         if fault_rate > 0 or fault_latency_ms > 0:
@@ -442,6 +451,15 @@ def demo(
         int, typer.Option("--partitions", min=1, help="Event log partitions.")
     ] = 64,
     keys: Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.")] = 10_000,
+    vnode_count: Annotated[
+        int,
+        typer.Option(
+            "--vnodes",
+            min=1,
+            help="Vnodes of the demo cluster. A checkpoint writes and verifies one partial per "
+            "vnode: fewer suit a slow store (the moto S3 test server).",
+        ),
+    ] = 256,
     as_json: JsonOption = False,
 ) -> None:
     """The main job: 3 stream nodes, a known workload, a join, a SIGKILLed leader and a graceful
@@ -451,7 +469,12 @@ def demo(
     raise typer.Exit(
         _guard(
             lambda: run_demo(
-                store, events=events, partitions=partitions, keys=keys, as_json=as_json
+                store,
+                events=events,
+                partitions=partitions,
+                keys=keys,
+                vnode_count=vnode_count,
+                as_json=as_json,
             )
         )
     )

@@ -8,9 +8,14 @@
   recovery path (§1.2) always finds a committed cut of the current generation.
 (The stopped-recovery round of §1.3 runs in the rebalance loop's attempt, not here.)
 
-Both take the node's `leader_work` lock without waiting for it: the rebalance attempt holds
-it, so a periodic checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must
-strictly increase; a late lower epoch would fail the rotation's handoff).
+Both run under the node's `leader_work` lock, which the rebalance attempt holds, so a periodic
+checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must strictly
+increase; a late lower epoch would fail the rotation's handoff). The seed skips a round when the
+lock is taken; a due checkpoint waits for it. The rebalance loop runs an audit attempt every
+`watcher_poll`, the same period as these rounds: on a slow store (S3, the moto test server under
+load) the audit held the lock for most of each period, and a checkpoint that skipped a held
+lock never ran (none in 90 s after a recovery). Waiting keeps the order: the checkpoint reads
+the fence installed when it gets the lock.
 """
 
 from __future__ import annotations
@@ -74,13 +79,18 @@ class LeaderDuties:
 
     async def round(self) -> None:
         self._note_membership()
-        if not self.controller.is_leader() or self.leader_work.locked():
+        if not self.controller.is_leader():
             return
-        async with self.leader_work:
-            if not self.seeded:
-                await self._seed_if_empty()
+        if not self.seeded:
+            if self.leader_work.locked():
                 return
-            if self.ctx.clock.monotonic() >= self.next_checkpoint_s:
+            async with self.leader_work:
+                await self._seed_if_empty()
+            return
+        if self.ctx.clock.monotonic() < self.next_checkpoint_s:
+            return
+        async with self.leader_work:  # waits for a rebalance attempt (module docstring)
+            if self.controller.is_leader():
                 await self._checkpoint()
 
     def _note_membership(self) -> None:
