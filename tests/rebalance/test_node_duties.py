@@ -1,5 +1,6 @@
-"""LeaderDuties: a due periodic checkpoint waits for `leader_work` instead of skipping the round
-(on a slow store the rebalance loop's audit attempt holds the lock for most of every tick)."""
+"""LeaderDuties: a periodic checkpoint overdue by CHECKPOINT_OVERDUE_INTERVALS waits for
+`leader_work` (on a slow store the rebalance loop's audit attempt holds the lock for most of
+every tick); one merely due skips a taken lock, leaving the rotation attempts their turns."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, cast
 
 from laminar_cluster.clock import RealClock
 from laminar_cluster.rebalance.interfaces import CheckpointResult
-from laminar_cluster.rebalance.node_duties import LeaderDuties
+from laminar_cluster.rebalance.node_duties import CHECKPOINT_OVERDUE_INTERVALS, LeaderDuties
 
 
 @dataclass
@@ -87,11 +88,11 @@ def _duties(controller: _Controller, engine: _Engine, lock: asyncio.Lock) -> Lea
         leader_work=lock,
         checkpoint_interval_s=1.0,
         seeded=True,
-        next_checkpoint_s=0.0,  # due
+        next_checkpoint_s=0.0,  # overdue by far
     )
 
 
-def test_a_due_checkpoint_waits_for_the_rebalance_attempt_holding_leader_work() -> None:
+def test_an_overdue_checkpoint_waits_for_the_rebalance_attempt_holding_leader_work() -> None:
     async def main() -> int:
         lock, engine = asyncio.Lock(), _Engine()
         duties = _duties(_Controller(), engine, lock)
@@ -135,3 +136,21 @@ def test_leadership_lost_while_waiting_means_no_checkpoint() -> None:
         return engine.calls
 
     assert asyncio.run(main()) == 0
+
+
+def test_a_checkpoint_due_but_not_overdue_skips_a_taken_lock() -> None:
+    async def main() -> tuple[int, int]:
+        lock, engine = asyncio.Lock(), _Engine()
+        duties = _duties(_Controller(), engine, lock)
+        interval_s = duties.checkpoint_interval_s
+        # Due half an interval ago: well inside the overdue margin.
+        duties.next_checkpoint_s = duties.ctx.clock.monotonic() - interval_s / 2
+        assert CHECKPOINT_OVERDUE_INTERVALS >= 2
+        await lock.acquire()
+        await asyncio.wait_for(duties.round(), timeout=5)  # returns at once
+        skipped = engine.calls
+        lock.release()
+        await duties.round()  # the lock is free: the due checkpoint runs
+        return skipped, engine.calls
+
+    assert asyncio.run(main()) == (0, 1)

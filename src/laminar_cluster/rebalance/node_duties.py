@@ -10,12 +10,14 @@
 
 Both run under the node's `leader_work` lock, which the rebalance attempt holds, so a periodic
 checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must strictly
-increase; a late lower epoch would fail the rotation's handoff). The seed skips a round when the
-lock is taken; a due checkpoint waits for it. The rebalance loop runs an audit attempt every
-`watcher_poll`, the same period as these rounds: on a slow store (S3, the moto test server under
-load) the audit held the lock for most of each period, and a checkpoint that skipped a held
-lock never ran (none in 90 s after a recovery). Waiting keeps the order: the checkpoint reads
-the fence installed when it gets the lock.
+increase; a late lower epoch would fail the rotation's handoff). A round skips a taken lock,
+except for a checkpoint overdue by `CHECKPOINT_OVERDUE_INTERVALS` intervals, which waits for it.
+The rebalance loop runs an audit attempt every `watcher_poll`, the same period as these rounds:
+on a slow store (S3, the moto test server under load) the audit held the lock for most of each
+period and a checkpoint that always skipped never ran (none in 90 s after a recovery). One that
+always waited ran right before every rotation attempt, which then found the participants still
+holding that checkpoint's cut and deferred, again and again (a graceful leave timed out). Waiting
+keeps the order: the checkpoint reads the fence installed when it gets the lock.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from laminar_cluster.rebalance.controller import StoreClusterController
 from laminar_cluster.rebalance.node_log import NodeLog
 
 logger: Final = logging.getLogger(__name__)
+
+CHECKPOINT_OVERDUE_INTERVALS: Final = 3  # a checkpoint this late waits for `leader_work`
 
 
 @dataclass(slots=True)
@@ -87,9 +91,13 @@ class LeaderDuties:
             async with self.leader_work:
                 await self._seed_if_empty()
             return
-        if self.ctx.clock.monotonic() < self.next_checkpoint_s:
+        now_s = self.ctx.clock.monotonic()
+        if now_s < self.next_checkpoint_s:
             return
-        async with self.leader_work:  # waits for a rebalance attempt (module docstring)
+        overdue_s = (CHECKPOINT_OVERDUE_INTERVALS - 1) * self.checkpoint_interval_s
+        if self.leader_work.locked() and now_s < self.next_checkpoint_s + overdue_s:
+            return
+        async with self.leader_work:  # an overdue one waits (module docstring)
             if self.controller.is_leader():
                 await self._checkpoint()
 
