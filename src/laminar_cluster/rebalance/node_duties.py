@@ -14,10 +14,9 @@ increase; a late lower epoch would fail the rotation's handoff). A round skips a
 except for a checkpoint overdue by `CHECKPOINT_OVERDUE_INTERVALS` intervals, which waits for it.
 The rebalance loop runs an audit attempt every `watcher_poll`, the same period as these rounds:
 on a slow store (S3, the moto test server under load) the audit held the lock for most of each
-period and a checkpoint that always skipped never ran (none in 90 s after a recovery). One that
-always waited ran right before every rotation attempt, which then found the participants still
-holding that checkpoint's cut and deferred, again and again (a graceful leave timed out). Waiting
-keeps the order: the checkpoint reads the fence installed when it gets the lock.
+period and a checkpoint that always skipped never ran (none in 90 s after a recovery). Waiting
+only when overdue leaves the rotation attempts most turns of the lock. Waiting keeps the order:
+the checkpoint reads the fence installed when it gets the lock.
 """
 
 from __future__ import annotations
