@@ -41,8 +41,23 @@ class NodeTimings:
     drain_ack_timeout_s: float = 5.0
     leave_timeout_s: float = 60.0
     stats_interval_s: float = 0.0
+    # None: the node's default. A remote store (S3) needs longer budgets and fewer polls.
+    checkpoint_timeout_s: float | None = None
+    checkpoint_poll_s: float | None = None
+    prepare_timeout_s: float | None = None
+    decision_timeout_s: float | None = None
+    source_idle_s: float | None = None
+    vnode_count: int | None = None  # None: the node's default (256)
 
     def options(self) -> list[str]:
+        optional = (
+            ("--checkpoint-timeout", self.checkpoint_timeout_s),
+            ("--checkpoint-poll", self.checkpoint_poll_s),
+            ("--prepare-timeout", self.prepare_timeout_s),
+            ("--decision-timeout", self.decision_timeout_s),
+            ("--source-idle", self.source_idle_s),
+            ("--vnodes", self.vnode_count),
+        )
         return [
             *("--ttl", str(self.ttl_s), "--poll", str(self.poll_s)),
             *("--debounce", str(self.debounce_s)),
@@ -51,6 +66,7 @@ class NodeTimings:
             *("--drain-ack-timeout", str(self.drain_ack_timeout_s)),
             *("--leave-timeout", str(self.leave_timeout_s)),
             *("--stats-interval", str(self.stats_interval_s)),
+            *(part for flag, value in optional if value is not None for part in (flag, str(value))),
         ]
 
 

@@ -24,6 +24,7 @@ did not finish. The store and node logs of a failed run are kept and their paths
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -36,7 +37,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
-from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet
+from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet, NodeTimings
 from laminar_cluster.cli.demo_check import CheckResult, check_exactly_once
 from laminar_cluster.cli.demo_run import DemoScenario, Marks, timings_for
 from laminar_cluster.cli.demo_view import DemoView
@@ -46,6 +47,7 @@ from laminar_cluster.cli.store_check import print_report
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.rebalance.node_config import VNODE_COUNT_DEFAULT
 from laminar_cluster.runtime.output import committed_checkpoints, open_output_authority
 from laminar_cluster.runtime.workload import Workload, expected_aggregates
 from laminar_cluster.store import ObjectStore, open_store
@@ -62,6 +64,7 @@ def run_demo(
     events: int = 1_000_000,
     partitions: int = 64,
     keys: int = 10_000,
+    vnode_count: int = VNODE_COUNT_DEFAULT,
     as_json: bool = False,
 ) -> int:
     """The whole demo; its exit code."""
@@ -71,7 +74,8 @@ def run_demo(
     view = DemoView(console, events, quiet=as_json)
     view.say(f"[bold]laminar-cluster demo[/bold]  store {url}")
     started = time.monotonic()
-    figures, passed = asyncio.run(_demo(url, workload, scratch, view))
+    timings = dataclasses.replace(timings_for(url), vnode_count=vnode_count)
+    figures, passed = asyncio.run(_demo(url, workload, scratch, view, timings))
     figures["wall_s"] = round(time.monotonic() - started, 2)
     if as_json:
         print_json(figures)
@@ -96,18 +100,22 @@ def fresh_namespace(url: str) -> str:
 
 
 async def _demo(
-    url: str, workload: Workload, scratch: Path, view: DemoView
+    url: str, workload: Workload, scratch: Path, view: DemoView, timings: NodeTimings
 ) -> tuple[dict[str, Any], bool]:
     clock = RealClock()
     store = open_store(url)
-    figures: dict[str, Any] = {"store": url, "workload": _workload_json(workload)}
+    figures: dict[str, Any] = {
+        "store": url,
+        "workload": _workload_json(workload),
+        "vnodes": timings.vnode_count,
+    }
     try:
         probe = await probe_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S)
         figures["store_contract"] = {"ok": probe.ok, "checks": len(probe.results)}
         _show_probe(view, probe)
         if not probe.ok:
             return figures, False
-        with NodeFleet(url, scratch, timings_for(url)) as fleet:
+        with NodeFleet(url, scratch, timings) as fleet:
             scenario = DemoScenario(store, clock, fleet, workload, view)
             try:
                 with view:
@@ -206,7 +214,8 @@ def _print_summary(figures: dict[str, Any]) -> None:
     table.add_row(
         "workload",
         f"{workload['events']:,} events, {workload['partitions']} partitions, "
-        f"{workload['keys']:,} keys (seed {workload['seed']})",
+        f"{workload['keys']:,} keys (seed {workload['seed']}); "
+        f"{figures.get('vnodes') or VNODE_COUNT_DEFAULT} vnodes",
     )
     if "events_per_s" in figures:
         table.add_row(

@@ -1,8 +1,9 @@
 """The demo's scenario: real stream nodes on one store, a workload, a join, a SIGKILLed leader and
 a graceful leave, until every event is committed (issue 7 "The main job and the views").
 
-Phases (each bounded by `PHASE_TIMEOUT_S`; the workload is let through in quarters by the gated
-producer, `demo_producer`, so each change lands while events flow):
+Phases (each bounded by `PHASE_TIMEOUT_S`, off file:// `REMOTE_PHASE_TIMEOUT_S`; the workload is
+let through in quarters by the gated producer, `demo_producer`, so each change lands while events
+flow):
 
 1. start nodes 1, 2, 3 and wait until all run the seeded assignment and one leads;
 2. let the first quarter through; wait for a committed checkpoint that holds events;
@@ -55,9 +56,28 @@ TIMINGS: Final = NodeTimings(
     drain_ack_timeout_s=5.0,
     leave_timeout_s=60.0,
 )
-# A remote store (S3 and the like) answers in tens of milliseconds, not a few: more slack.
+# A remote store (S3 and the like) answers in tens of milliseconds, not a few, and every
+# request counts: more slack, and fewer polls. A checkpoint writes one partial per vnode (256)
+# and the leader reads them all back, about 530 requests; the idle engine re-lists each owned
+# partition every `source_idle_s` and each participant lists the attempts every
+# `checkpoint_poll_s`. With file://'s 0.02 s and 0.05 s, four nodes offered moto's test server
+# (one request at a time, 3-7 ms of its CPU each) several hundred requests per second and no
+# checkpoint committed.
 REMOTE_TIMINGS: Final = dataclasses.replace(
-    TIMINGS, poll_s=0.5, debounce_s=1.0, drain_ack_timeout_s=15.0, retry_delay_s=1.0
+    TIMINGS,
+    ttl_s=10.0,
+    poll_s=1.0,
+    debounce_s=1.0,
+    checkpoint_interval_s=4.0,
+    drain_ack_timeout_s=30.0,
+    retry_delay_s=1.0,
+    checkpoint_timeout_s=45.0,
+    checkpoint_poll_s=0.25,
+    prepare_timeout_s=30.0,
+    decision_timeout_s=60.0,
+    source_idle_s=0.5,
+    leave_timeout_s=120.0,
+    stats_interval_s=5.0,  # `requests` log events: what a slow run spent its requests on
 )
 FIRST_NODES: Final = (1, 2, 3)
 JOINER: Final = 4
@@ -66,6 +86,7 @@ STATUS_EVERY_S: Final = 0.5
 REMOTE_STATUS_EVERY_S: Final = 2.0
 STATUS_TIMEOUT_S: Final = 10.0
 PHASE_TIMEOUT_S: Final = 90.0
+REMOTE_PHASE_TIMEOUT_S: Final = 150.0  # above REMOTE_TIMINGS.leave_timeout_s
 PRODUCE_TIMEOUT_S: Final = 600.0
 
 Condition = Callable[[], Awaitable[bool]]
@@ -119,6 +140,7 @@ class DemoScenario:
         self._next_status_s = 0.0
         # A status read lists every partition's log: fewer of them on a remote store.
         self._status_every_s = STATUS_EVERY_S if is_local(store.url) else REMOTE_STATUS_EVERY_S
+        self._phase_timeout_s = PHASE_TIMEOUT_S if is_local(store.url) else REMOTE_PHASE_TIMEOUT_S
 
     async def run(self) -> Marks:
         """The whole scenario; the first LaminarError of the producer or the scenario is
@@ -270,9 +292,9 @@ class DemoScenario:
 
     async def _wait(self, what: str, condition: Condition) -> None:
         """Refresh logs and the status view until `condition` holds; DeadlineExceeded with the
-        nodes' log tails after `PHASE_TIMEOUT_S` or when a node exits on its own."""
+        nodes' log tails after the phase timeout or when a node exits on its own."""
         clock = self.clock
-        deadline = clock.monotonic() + PHASE_TIMEOUT_S
+        deadline = clock.monotonic() + self._phase_timeout_s
         while True:
             self.fleet.refresh()
             await self._observe()
@@ -281,7 +303,8 @@ class DemoScenario:
             self._check_crashes(what)
             if clock.monotonic() >= deadline:
                 raise DeadlineExceeded(
-                    f"demo: {what}: not reached in {PHASE_TIMEOUT_S:.0f} s\n{self.fleet.tail(30)}"
+                    f"demo: {what}: not reached in {self._phase_timeout_s:.0f} s\n"
+                    f"{self.fleet.tail(30)}"
                 )
             await clock.sleep(POLL_S)
 

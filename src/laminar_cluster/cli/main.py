@@ -278,6 +278,36 @@ def node(
         float,
         typer.Option("--stats-interval", help="Log store request counters this often (0: off)."),
     ] = 0.0,
+    checkpoint_poll_s: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-poll",
+            help="Participant's prepare and decision poll, leader's ack poll, seconds.",
+        ),
+    ] = 0.05,
+    prepare_timeout_s: Annotated[
+        float,
+        typer.Option("--prepare-timeout", help="Participant: cut and writes of one attempt."),
+    ] = 10.0,
+    decision_timeout_s: Annotated[
+        float,
+        typer.Option("--decision-timeout", help="Participant: one wait for an outcome."),
+    ] = 30.0,
+    source_idle_s: Annotated[
+        float,
+        typer.Option(
+            "--source-idle",
+            help="Engine's wait before reading the event log again when it was caught up.",
+        ),
+    ] = 0.02,
+    vnode_count: Annotated[
+        int,
+        typer.Option(
+            "--vnodes",
+            min=1,
+            help="Vnodes of the cluster (every node of a store must use the same count).",
+        ),
+    ] = 256,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -315,6 +345,8 @@ def node(
     JSON-lines events on stderr."""
     from laminar_cluster.cli.node import run_node_command
     from laminar_cluster.rebalance.node import NodeConfig
+    from laminar_cluster.runtime.engine_types import EngineConfig
+    from laminar_cluster.runtime.node import StreamNodeConfig
     from laminar_cluster.store.faulty import FaultConfig
 
     def run() -> int:
@@ -329,6 +361,7 @@ def node(
             checkpoint_timeout_s=checkpoint_timeout_s,
             leave_timeout_s=leave_timeout_s,
             stats_interval_s=stats_interval_s,
+            vnode_count=vnode_count,
         )
         faults = None
         if fault_rate > 0 or fault_latency_ms > 0:
@@ -337,8 +370,19 @@ def node(
                 error_after_rate=fault_rate,
                 latency_s_max=fault_latency_ms / 1000,
             )
+        stream = StreamNodeConfig(
+            engine=EngineConfig(idle_s=source_idle_s),
+            checkpoint_poll_s=checkpoint_poll_s,
+            prepare_timeout_s=prepare_timeout_s,
+            decision_timeout_s=decision_timeout_s,
+        )
         return run_node_command(
-            store, config, metrics_port=metrics_port, faults=faults, fault_seed=fault_seed
+            store,
+            config,
+            metrics_port=metrics_port,
+            stream=stream,
+            faults=faults,
+            fault_seed=fault_seed,
         )
 
     raise typer.Exit(_guard(run))
@@ -407,6 +451,15 @@ def demo(
         int, typer.Option("--partitions", min=1, help="Event log partitions.")
     ] = 64,
     keys: Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.")] = 10_000,
+    vnode_count: Annotated[
+        int,
+        typer.Option(
+            "--vnodes",
+            min=1,
+            help="Vnodes of the demo cluster. A checkpoint writes and verifies one partial per "
+            "vnode: fewer suit a slow store (the moto S3 test server).",
+        ),
+    ] = 256,
     as_json: JsonOption = False,
 ) -> None:
     """The main job: 3 stream nodes, a known workload, a join, a SIGKILLed leader and a graceful
@@ -416,7 +469,12 @@ def demo(
     raise typer.Exit(
         _guard(
             lambda: run_demo(
-                store, events=events, partitions=partitions, keys=keys, as_json=as_json
+                store,
+                events=events,
+                partitions=partitions,
+                keys=keys,
+                vnode_count=vnode_count,
+                as_json=as_json,
             )
         )
     )
