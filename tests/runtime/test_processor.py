@@ -10,7 +10,7 @@ import pytest
 
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.errors import CorruptRecord
-from laminar_cluster.runtime.output import decode_aggregate_records
+from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import (
     AggregateSlice,
     KeyedAggregation,
@@ -98,13 +98,41 @@ def test_drop_forgets_state_and_output() -> None:
     assert agg.totals(0) == {} and agg.emit_output(0) == [] and agg.vnodes() == ()
 
 
-def test_encode_output_merges_a_key_across_vnodes() -> None:
+def test_a_capture_is_the_state_at_the_cut_while_processing_goes_on() -> None:
     agg = KeyedAggregation()
     agg.process(0, (7, 1), (1, 2))
     agg.process(1, (7,), (5,))
-    records = agg.emit_output(0) + agg.emit_output(1)
-    decoded = decode_aggregate_records(agg.encode_output(records))
-    assert decoded == [(1, 1, 2), (7, 2, 6)]
+    encode = agg.capture((0, 1))
+    agg.process(0, (7, 3), (100, 100))  # after the cut: neither in its state nor its output
+    encoded = encode()
+    assert set(encoded.states) == {0, 1}
+    assert decode_slice(encoded.states[0], what="x") == {1: [1, 2], 7: [1, 1]}
+    assert decode_slice(encoded.states[1], what="x") == {7: [1, 5]}
+    # Each vnode's records, keys ascending within it; the reader sums a key across vnodes.
+    decoded = decode_aggregate_records(encoded.output)
+    assert decoded == [(1, 1, 2), (7, 1, 1), (7, 1, 5)]
+    assert aggregate_committed(decoded) == {1: (1, 2), 7: (2, 6)}
+    agg.commit_output(0)
+    agg.commit_output(1)
+    assert agg.emit_output(0) == [(3, 1, 100), (7, 1, 100)]
+    assert agg.totals(0) == {7: (2, 101), 1: (1, 2), 3: (1, 100)}
+
+
+def test_a_cut_after_a_restore_or_drop_encodes_the_new_keys() -> None:
+    """The sorted keys of a vnode's last cut are reused only for the same state: a restored
+    or re-created vnode with as many (other) keys is sorted again."""
+    agg = KeyedAggregation()
+    agg.process(0, (2, 1), (1, 1))
+    agg.capture((0,))()
+    other = KeyedAggregation()
+    other.process(0, (6, 5), (3, 4))
+    agg.restore(0, other.snapshot(0))
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {5: [1, 4], 6: [1, 3]}
+    agg.drop(0)
+    agg.process(0, (9, 8), (1, 2))
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [1, 2], 9: [1, 1]}
+    agg.process(0, (8,), (5,))  # same keys: the previous order is reused
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [2, 7], 9: [1, 1]}
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,7 @@ _AGGREGATE_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[U64, I64, I64]], 
 
 def encode_aggregate_records(records: Iterable[AggregateRecord]) -> bytes:
     """The output bytes of `records` (msgpack list of [key, count_delta, sum_delta])."""
-    triples = [(key, count, total) for key, count, total in records]
+    triples = records if isinstance(records, list) else list(records)
     try:
         data = _AGGREGATE_ENCODER.encode(triples)
     except (OverflowError, TypeError) as error:
