@@ -298,6 +298,25 @@ def test_an_abort_re_emits_the_cut_merged_with_what_was_processed_while_it_was_h
     run(body)
 
 
+def test_dc14_a_vnode_restored_empty_and_untouched_is_cut_without_state() -> None:
+    async def body(rig: Rig) -> None:
+        await rig.append(0, [1], [10])
+        await rig.until(lambda: rig.events() == 1, "an event of vnode 0")
+        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        assert cut.vnodes[0].state is not None
+        assert cut.vnodes[1] == VnodeCut(state=None, offsets={1: 0, 5: 0})
+        assert output_of(cut) == {1: (1, 10)}
+        await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
+        await rig.append(5, [2], [20])
+        await rig.until(lambda: rig.events() == 2, "an event of vnode 1")
+        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        assert second.vnodes[1].state is not None
+        assert dict(second.vnodes[1].offsets) == {1: 0, 5: 1}
+        assert output_of(second) == {2: (1, 20)}
+
+    run(body)
+
+
 def test_cut_state_restores_into_a_fresh_processor() -> None:
     async def body(rig: Rig) -> None:
         await fill(rig)

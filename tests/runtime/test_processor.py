@@ -166,7 +166,7 @@ def test_table_restores_acquired_vnodes_and_activates_them_at_their_offsets() ->
     table = VnodeTable(8)
     assert table.adopt(4, (0, 1), (0, 1), HandoffRestore()) == ()
     assert set(table.restoring) == {0, 1} and table.consumable() == []
-    assert table.finish_restore(0, table.restoring[0], {4: 17})
+    assert table.finish_restore(0, table.restoring[0], {4: 17}, empty=False)
     assert table.offsets == {0: 0, 4: 17}
     assert table.consumable() == [0, 4]
     assert table.cut_offsets() == {0: {0: 0, 4: 17}}
@@ -177,7 +177,7 @@ def test_table_discards_a_restore_the_ownership_moved_past() -> None:
     table.adopt(4, (0,), (0,), HandoffRestore())
     stale = table.restoring[0]
     table.restart_all(4, (0,), RecoveryRestore(REF))
-    assert not table.finish_restore(0, stale, {})
+    assert not table.finish_restore(0, stale, {}, empty=True)
     assert table.restoring[0].source == RecoveryRestore(REF)
 
 
@@ -185,7 +185,7 @@ def test_table_refuses_an_offset_of_another_vnodes_partition() -> None:
     table = VnodeTable(8)
     table.adopt(4, (1,), (1,), HandoffRestore())
     with pytest.raises(CorruptRecord, match="partition 4"):
-        table.finish_restore(1, table.restoring[1], {4: 1})
+        table.finish_restore(1, table.restoring[1], {4: 1}, empty=False)
     assert 1 in table.restoring
 
 
@@ -193,7 +193,7 @@ def test_table_drops_vnodes_no_longer_owned_and_pauses_revoking_ones() -> None:
     table = VnodeTable(8)
     table.adopt(4, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {})
+        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
     table.pause((1, 3))
     assert table.paused == {1} and table.consumable() == [0, 4]
     assert table.paused_partitions() == (1, 5)
@@ -205,7 +205,7 @@ def test_table_hands_out_partitions_round_robin() -> None:
     table = VnodeTable(6)
     table.adopt(2, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {})
+        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
     seen = [p for _ in range(3) for p, _ in table.next_reads(4)]
     assert seen[:6] == [0, 1, 2, 3, 4, 5]
     assert sorted(seen) == sorted([0, 1, 2, 3, 4, 5] * 2)
@@ -214,7 +214,7 @@ def test_table_hands_out_partitions_round_robin() -> None:
 def test_table_learns_the_partition_count_late() -> None:
     table = VnodeTable()
     table.adopt(4, (1,), (1,), HandoffRestore())
-    table.finish_restore(1, table.restoring[1], {9: 3})
+    table.finish_restore(1, table.restoring[1], {9: 3}, empty=False)
     assert table.offsets == {9: 3}
     table.set_partitions(12)
     assert table.offsets == {1: 0, 5: 0, 9: 3}

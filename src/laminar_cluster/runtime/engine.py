@@ -377,14 +377,17 @@ class StreamEngine(ControlEngine):
     async def _capture(self, prepare: CheckpointPrepare) -> HeldCut:
         """Freeze every owned (all active) vnode's state, offsets and output in one synchronous
         step, then encode the frozen copies in a worker thread: processing goes on meanwhile
-        (the processor's encoder reads only what it froze). A fault, a recovery generation or
-        an adoption while it encodes refuses the cut (its output is aborted, no manifest)."""
+        (the processor's encoder reads only what it froze). An untouched vnode (restored empty,
+        nothing applied since) is cut as the empty state without asking the processor (DC-14).
+        A fault, a recovery generation or an adoption while it encodes refuses the cut (its
+        output is aborted, no manifest)."""
         attempt = prepare.attempt
         offsets = self.table.cut_offsets()
         vnodes = tuple(sorted(self.table.owned))
         if set(vnodes) != offsets.keys():
             raise Refused(f"checkpoint epoch {attempt.epoch}: a vnode is still restoring")
-        encode = self.processor.capture(vnodes)
+        empty = frozenset(vnode for vnode in vnodes if vnode in self.table.untouched)  # DC-14
+        encode = self.processor.capture(tuple(v for v in vnodes if v not in empty))
         try:
             encoded = await asyncio.to_thread(encode)
             self._check_cut(prepare)
@@ -393,7 +396,10 @@ class StreamEngine(ControlEngine):
                 self.processor.abort_output(vnode)
             raise
         cuts = {
-            vnode: VnodeCut(state=encoded.states[vnode], offsets=offsets[vnode]) for vnode in vnodes
+            vnode: VnodeCut(
+                state=None if vnode in empty else encoded.states[vnode], offsets=offsets[vnode]
+            )
+            for vnode in vnodes
         }
         return HeldCut(attempt, Cut(vnodes=cuts, output=encoded.output), vnodes)
 

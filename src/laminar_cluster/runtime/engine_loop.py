@@ -107,8 +107,10 @@ class EngineLoop:
         if vnode not in cuts:
             raise CorruptRecord(f"restore of vnode {vnode}: the restorer returned no cut for it")
         cut = cuts[vnode]
-        engine.processor.restore(vnode, None if cut is None else cut.state)
-        engine.table.finish_restore(vnode, restore, {} if cut is None else dict(cut.offsets))
+        state = None if cut is None else cut.state
+        engine.processor.restore(vnode, state)
+        offsets = {} if cut is None else dict(cut.offsets)
+        engine.table.finish_restore(vnode, restore, offsets, empty=state is None)
         engine.counters.restores += 1
 
     async def _process(self) -> bool:
@@ -173,6 +175,7 @@ class EngineLoop:
                 )
             table.offsets[partition] = next_offset
             if keys:
+                table.untouched.discard(vnode)
                 processor.process(vnode, keys, values)
                 counters.events += len(keys)
                 counters.batches += 1
