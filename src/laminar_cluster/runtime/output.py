@@ -34,6 +34,7 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import I64, U64, sha256_hex
+from laminar_cluster.codec.types import I64_MAX, I64_MIN, U64_MAX
 from laminar_cluster.coordinator.objects import gather_bounded, read_manifest, read_record
 from laminar_cluster.coordinator.paths import (
     ATTEMPTS_PREFIX,
@@ -67,7 +68,7 @@ _AGGREGATE_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[U64, I64, I64]], 
 
 def encode_aggregate_records(records: Iterable[AggregateRecord]) -> bytes:
     """The output bytes of `records` (msgpack list of [key, count_delta, sum_delta])."""
-    triples = records if isinstance(records, list) else list(records)
+    triples = [(key, count, total) for key, count, total in records]
     try:
         data = _AGGREGATE_ENCODER.encode(triples)
     except (OverflowError, TypeError) as error:
@@ -77,6 +78,28 @@ def encode_aggregate_records(records: Iterable[AggregateRecord]) -> bytes:
     except CorruptRecord as error:  # a negative key, a delta beyond i64: refused before writing
         raise InvalidArgument(str(error)) from None
     return data
+
+
+def check_aggregate_columns(
+    keys: Sequence[int], count_deltas: Sequence[int], sum_deltas: Sequence[int]
+) -> None:
+    """InvalidArgument unless every key is within u64 and every delta within i64: what
+    `encode_aggregate_records` checks by decoding, as C-level min/max scans of the columns
+    (no object per record)."""
+    if keys and (min(keys) < 0 or max(keys) > U64_MAX):
+        raise InvalidArgument("aggregate records: a key is outside the u64 range")
+    for column in (count_deltas, sum_deltas):
+        if column and (min(column) < I64_MIN or max(column) > I64_MAX):
+            raise InvalidArgument("aggregate records: a delta is outside the i64 range")
+
+
+def encode_checked_aggregate_records(records: list[AggregateRecord]) -> bytes:
+    """The output bytes of `records` whose columns passed `check_aggregate_columns` (ints
+    only): encoded without another pass over them."""
+    try:
+        return _AGGREGATE_ENCODER.encode(records)
+    except (OverflowError, TypeError) as error:
+        raise InvalidArgument(f"aggregate records: cannot be encoded: {error}") from error
 
 
 def decode_aggregate_records(

@@ -25,9 +25,9 @@ two dict updates per event). A cut copies both (C-level dict copies: the copy-on
 snapshot); its output is the per-key deltas of that copy against the committed baseline, the
 copy of the last committed cut, so a commit just makes the in-flight copy the baseline and an
 abort needs no rollback. Snapshot format: `AggregateSlice` (msgspec msgpack, array-like:
-version, keys, counts, sums; keys ascending). Output: each vnode's deltas, keys ascending
-within a vnode; a key of several vnodes appears once per vnode (`aggregate_committed` sums
-them), so encoding costs no per-key merge.
+version, keys, counts, sums; keys ascending). Output: each vnode's deltas in the order its keys
+first appeared; a key of several vnodes appears once per vnode (`aggregate_committed` sums
+them), so encoding costs no per-key merge or sort.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from laminar_cluster.codec import I64, U64
 from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.runtime.output import (
     AggregateRecord,
+    check_aggregate_columns,
     decode_aggregate_records,
-    encode_aggregate_records,
+    encode_checked_aggregate_records,
 )
 
 
@@ -187,20 +188,21 @@ class KeyedAggregation:
             states: dict[int, bytes] = {}
             records: list[AggregateRecord] = []
             for vnode, cut in frozen:
-                keys, counts, sums, states[vnode] = _encode_columns(cut.counts, cut.sums, cut.hint)
-                records.extend(_deltas(cut, keys, counts, sums))
-            return EncodedCut(states=states, output=encode_aggregate_records(records))
+                states[vnode] = _encode_columns(cut.counts, cut.sums, cut.hint)
+                records.extend(_deltas(cut))
+            return EncodedCut(states=states, output=encode_checked_aggregate_records(records))
 
         return encode
 
     def snapshot(self, vnode: int) -> bytes:
         """The vnode's state now (tests and diagnostics; the engine uses `capture`)."""
         counts, sums = self._counts.get(vnode, {}), self._sums.get(vnode, {})
-        return _encode_columns(counts, sums, _KeysHint())[3]
+        return _encode_columns(counts, sums, _KeysHint())
 
     def emit_output(self, vnode: int) -> list[AggregateRecord]:
-        """`capture` of one vnode, its records decoded (tests and diagnostics)."""
-        return decode_aggregate_records(self.capture((vnode,))().output)
+        """`capture` of one vnode, its records decoded, keys ascending (tests and
+        diagnostics)."""
+        return sorted(decode_aggregate_records(self.capture((vnode,))().output))
 
     def commit_output(self, vnode: int) -> None:
         """The in-flight cut is history: its columns become the baseline (events processed
@@ -234,30 +236,40 @@ class KeyedAggregation:
         )
 
 
-def _encode_columns(
-    counts_of: dict[int, int], sums_of: dict[int, int], hint: _KeysHint
-) -> tuple[list[int], list[int], list[int], bytes]:
-    """The ascending keys, counts and sums of one vnode and their `AggregateSlice` bytes (the
-    column work runs in C: `map` over the keys)."""
+def _encode_columns(counts_of: dict[int, int], sums_of: dict[int, int], hint: _KeysHint) -> bytes:
+    """The `AggregateSlice` bytes of one vnode: keys ascending. Keys are only ever added, in
+    insertion order, so the keys beyond the hint's are exactly the new ones: the hint and the
+    new keys are two runs that one (timsort) merge orders; the columns are C-level `map`s."""
     keys = hint.keys
-    if keys is None or len(keys) != len(counts_of):
-        keys = hint.keys = sorted(counts_of)  # one reference store: safe from a worker thread
+    if keys is None or len(keys) > len(counts_of):
+        keys = sorted(counts_of)
+    elif len(keys) < len(counts_of):
+        keys = sorted(itertools.chain(keys, itertools.islice(counts_of, len(keys), None)))
+    hint.keys = keys  # one reference store: safe from a worker thread
     counts = list(map(counts_of.__getitem__, keys))
     sums = list(map(sums_of.__getitem__, keys))
-    state = _SLICE_ENCODER.encode(AggregateSlice(version=1, keys=keys, counts=counts, sums=sums))
-    return keys, counts, sums, state
+    return _SLICE_ENCODER.encode(AggregateSlice(version=1, keys=keys, counts=counts, sums=sums))
 
 
-def _deltas(
-    cut: _Frozen, keys: list[int], counts: list[int], sums: list[int]
-) -> list[AggregateRecord]:
-    """Per-key `(key, count delta, sum delta)` against the baseline, keys ascending; a key
-    changed iff its count grew (every event adds one)."""
-    if not cut.base_counts:
+def _deltas(cut: _Frozen) -> list[AggregateRecord]:
+    """Per-key `(key, count delta, sum delta)` against the baseline, in insertion order. The
+    baseline is an earlier copy of the same columns, so its keys are, in the same order, the
+    first keys of the cut's (both columns insert a key together): the deltas are two C-level
+    `map`s over the values, no lookup per key. A key changed iff its count grew (every event
+    adds one)."""
+    base = len(cut.base_counts)
+    keys, counts, sums = list(cut.counts), list(cut.counts.values()), list(cut.sums.values())
+    if base == 0:
+        check_aggregate_columns(keys, counts, sums)
         return list(zip(keys, counts, sums, strict=True))
-    base_counts = map(cut.base_counts.get, keys, itertools.repeat(0))
-    base_sums = map(cut.base_sums.get, keys, itertools.repeat(0))
-    count_deltas = list(map(operator.sub, counts, base_counts))
-    sum_deltas = map(operator.sub, sums, base_sums)
+    last = base - 1  # our own invariant, checked cheaply at the baseline's last key
+    assert base <= len(counts) and list(itertools.islice(cut.counts, last, base)) == list(
+        itertools.islice(cut.base_counts, last, base)
+    ), "the baseline is not a prefix of the vnode's keys"
+    count_deltas = list(map(operator.sub, counts, cut.base_counts.values()))
+    count_deltas.extend(counts[base:])
+    sum_deltas = list(map(operator.sub, sums, cut.base_sums.values()))
+    sum_deltas.extend(sums[base:])
+    check_aggregate_columns(keys, count_deltas, sum_deltas)  # before writing (a superset)
     changed = zip(keys, count_deltas, sum_deltas, strict=True)
     return list(itertools.compress(changed, count_deltas))
