@@ -116,8 +116,10 @@ def decode_slice(data: bytes, *, what: str) -> dict[int, list[int]]:
 
 class _KeysHint:
     """The ascending keys of a vnode's last encoded cut, for one incarnation of its state (a
-    restore or drop starts a new one). Keys are only ever added within an incarnation, so a
-    later cut with as many keys has exactly these and need not sort again."""
+    restore or drop starts a new one). Keys are only ever added within an incarnation, in
+    insertion order, so a later cut's first `len(keys)` keys are exactly these: only the keys
+    after them are new. Any cut's hint of the incarnation is right, whichever thread wrote it
+    last."""
 
     __slots__ = ("keys",)
 
