@@ -50,6 +50,7 @@ class FakeHost:
     vnodes: tuple[int, ...]
     refuse: bool = False
     block_resolve: bool = False  # resolve never returns (a crash after the outcome)
+    empty: dict[int, dict[int, int]] = field(default_factory=dict)  # vnode -> offsets: no state
     cuts: list[CheckpointAttempt] = field(default_factory=list)
     resolutions: list[tuple[CheckpointAttempt, bool]] = field(default_factory=list)
 
@@ -63,7 +64,11 @@ class FakeHost:
         if self.refuse:
             raise RuntimeError(f"node {self.me.node_id} refuses the cut")
         self.cuts.append(prepare.attempt)
-        return expected_cut(self.me.node_id, self.vnodes, prepare.attempt.checkpoint_id)
+        cut = expected_cut(self.me.node_id, self.vnodes, prepare.attempt.checkpoint_id)
+        vnodes = dict(cut.vnodes)
+        for vnode, offsets in self.empty.items():
+            vnodes[vnode] = VnodeCut(state=None, offsets=offsets)
+        return Cut(vnodes=vnodes, output=cut.output)
 
     async def resolve(
         self, attempt: CheckpointAttempt, committed: bool, *, deadline: float

@@ -1,6 +1,7 @@
 """Restoring vnodes from a committed distributed checkpoint (DC-10) and reading its committed
 output (DC-11): only the partial of the participant the capsule lists, at the capsule's attempt,
-matching that participant's manifest, itself matching the capsule. Anything else is refused.
+matching that participant's manifest, itself matching the capsule. Anything else is refused. A
+vnode cut empty has no partial and restores empty (DC-15).
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from laminar_cluster.checkpoint.records import CheckpointAttempt, RecoveryCapsuleRef
-from laminar_cluster.coordinator.objects import encode_record, partial_of
+from laminar_cluster.coordinator.host import VnodeCut
+from laminar_cluster.coordinator.objects import (
+    EMPTY_PARTIAL_SHA256,
+    encode_record,
+    partial_of,
+    read_manifest,
+)
 from laminar_cluster.coordinator.paths import manifest_path, partial_path
 from laminar_cluster.coordinator.restore import load_cuts, load_outputs
-from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.lease.cluster_outcomes import cluster_outcome
 from laminar_cluster.store import OVERWRITE
 from tests.coordinator.support import Cluster, expected_cut, make_cluster
@@ -103,3 +110,59 @@ def test_a_tampered_manifest_is_refused(url: str) -> None:
             await load_outputs(cluster.store, cluster.decisions, ref, deadline=cluster.deadline())
 
     run(url, body)
+
+
+def test_dc15_a_vnode_cut_empty_has_no_partial_and_restores_empty(url: str) -> None:
+    """A vnode cut without state (every offset 0) is named in the manifest by the empty digest,
+    no partial object is written or read for it, the attempt commits, and it restores empty."""
+
+    async def main() -> None:
+        cluster = await make_cluster(url)
+        hosts = {n: cluster.host(n) for n in (1, 2, 3)}
+        hosts[2].empty = {3: {}, 4: {4: 0}}
+        async with cluster.running([cluster.participant(h) for h in hosts.values()]):
+            result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline())
+        assert result.success, result.error
+        checkpoint_id = result.checkpoint_id
+        assert not await exists(cluster, partial_path(checkpoint_id, 3))
+        assert not await exists(cluster, partial_path(checkpoint_id, 4))
+        assert await exists(cluster, partial_path(checkpoint_id, 5))
+        read = await read_manifest(
+            cluster.store, CheckpointAttempt.canonical(checkpoint_id), node_id=2
+        )
+        assert read is not None
+        assert read[0].partial_sha256[:2] == (EMPTY_PARTIAL_SHA256,) * 2
+        assert read[0].partial_sha256[2] != EMPTY_PARTIAL_SHA256
+        outcome = await cluster_outcome(cluster.authority, checkpoint_id)
+        assert outcome is not None and outcome.recovery_capsule is not None
+        store, decisions, _ = cluster.client()
+        cuts = await load_cuts(
+            store, decisions, outcome.recovery_capsule, [3, 4, 5], deadline=cluster.deadline()
+        )
+        assert cuts[3] == cuts[4] == VnodeCut(state=None, offsets={})
+        assert cuts[5] == expected_cut(2, [5], checkpoint_id).vnodes[5]
+
+    asyncio.run(main())
+
+
+def test_dc15_a_cut_without_state_but_with_an_offset_is_refused(url: str) -> None:
+    async def main() -> None:
+        cluster = await make_cluster(url)
+        hosts = {n: cluster.host(n) for n in (1, 2, 3)}
+        hosts[3].empty = {6: {6: 5}}
+        async with cluster.running([cluster.participant(h) for h in hosts.values()]):
+            result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline(3.0))
+        assert not result.success
+        attempt = hosts[3].cuts[0]
+        assert hosts[3].resolutions == [(attempt, False)]  # refused at once, before a manifest
+        assert not await exists(cluster, manifest_path(attempt.checkpoint_id, 3))
+
+    asyncio.run(main())
+
+
+async def exists(cluster: Cluster, key: str) -> bool:
+    try:
+        await cluster.store.head(key)
+    except ObjectNotFound:
+        return False
+    return True

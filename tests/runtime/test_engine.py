@@ -1,5 +1,6 @@
 """`StreamEngine` (runtime/engine.py) over memory:// with the real `EventLog`: it consumes only the
-partitions of its active vnodes, pauses at a cut until `resolve`, re-emits aborted output,
+partitions of its active vnodes, keeps processing while a cut is held until `resolve` (the cut
+holds the state and output at the cut only), re-emits aborted output,
 restores newly owned vnodes (handoff and recovery) and holds them back while restoring, and
 stops consuming revoking partitions during a source drain (upstream_context §1.7, §3.2-§3.5;
 common7 "Output semantics" and "Restore").
@@ -29,7 +30,7 @@ from laminar_cluster.errors import DeadlineExceeded, Refused
 from laminar_cluster.rebalance.interfaces import RebalanceEngine, SourceDrainOutcome
 from laminar_cluster.runtime.engine import EngineConfig, StreamEngine
 from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.output import decode_aggregate_records
+from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.runtime.restoring import (
     HandoffRestore,
@@ -176,7 +177,8 @@ def merged(rig: Rig) -> dict[int, tuple[int, int]]:
 
 
 def output_of(cut: Cut) -> dict[int, tuple[int, int]]:
-    return {key: (count, total) for key, count, total in decode_aggregate_records(cut.output)}
+    """The cut's output summed per key (each vnode emits its own records for a key)."""
+    return aggregate_committed(decode_aggregate_records(cut.output))
 
 
 # -- interfaces --------------------------------------------------------------------------------
@@ -247,7 +249,7 @@ def test_engine_learns_the_partition_count_from_the_log() -> None:
 # -- cuts --------------------------------------------------------------------------------------
 
 
-def test_cut_pauses_processing_until_resolve() -> None:
+def test_processing_goes_on_while_a_cut_is_held() -> None:
     async def body(rig: Rig) -> None:
         expected = await fill(rig)
         await rig.until(lambda: rig.events() == 20, "owned events")
@@ -256,18 +258,61 @@ def test_cut_pauses_processing_until_resolve() -> None:
         assert dict(cut.vnodes[0].offsets) == {0: 5, 4: 5}
         assert dict(cut.vnodes[1].offsets) == {1: 5, 5: 5}
         assert output_of(cut) == expected
-        # Paused: new events wait, the same attempt gets the same cut, another is refused.
+        # Held: new events are processed but are not part of the cut; the same attempt gets the
+        # same cut, another is refused until this one resolves.
         await rig.append(0, [7], [70])
-        await rig.settle()
-        assert rig.events() == 20
+        await rig.until(lambda: rig.events() == 21, "the event after the cut")
+        assert rig.engine.progress().holding_cut == CheckpointAttempt.canonical(1)
         assert await rig.engine.cut(rig.prepare(1), deadline=rig.deadline()) is cut
         with pytest.raises(Refused, match="not resolved"):
             await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        fresh = KeyedAggregation()
+        fresh.restore(0, cut.vnodes[0].state)
+        assert 7 not in fresh.totals(0)  # the cut's state is the state at the cut
         await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
-        await rig.until(lambda: rig.events() == 21, "the event after resolve")
         second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
         assert output_of(second) == {7: (1, 70)}  # committed output is history
+        assert dict(second.vnodes[0].offsets) == {0: 6, 4: 5}
         assert rig.engine.progress().commits == 1
+
+    run(body)
+
+
+def test_an_abort_re_emits_the_cut_merged_with_what_was_processed_while_it_was_held() -> None:
+    async def body(rig: Rig) -> None:
+        await rig.append(0, [1, 2], [10, 20])
+        await rig.until(lambda: rig.events() == 2, "first events")
+        first = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        await rig.append(0, [1], [5])
+        await rig.until(lambda: rig.events() == 3, "an event while the cut is held")
+        await rig.engine.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
+        assert output_of(first) == {1: (1, 10), 2: (1, 20)}
+        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        assert output_of(second) == {1: (2, 15), 2: (1, 20)}
+        await rig.append(1, [2], [1])
+        await rig.until(lambda: rig.events() == 4, "an event while the second cut is held")
+        await rig.engine.resolve(CheckpointAttempt.canonical(2), True, deadline=rig.deadline())
+        third = await rig.engine.cut(rig.prepare(3), deadline=rig.deadline())
+        assert output_of(third) == {2: (1, 1)}  # exactly what followed the committed cut
+
+    run(body)
+
+
+def test_dc15_a_vnode_restored_empty_and_untouched_is_cut_without_state() -> None:
+    async def body(rig: Rig) -> None:
+        await rig.append(0, [1], [10])
+        await rig.until(lambda: rig.events() == 1, "an event of vnode 0")
+        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        assert cut.vnodes[0].state is not None
+        assert cut.vnodes[1] == VnodeCut(state=None, offsets={1: 0, 5: 0})
+        assert output_of(cut) == {1: (1, 10)}
+        await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
+        await rig.append(5, [2], [20])
+        await rig.until(lambda: rig.events() == 2, "an event of vnode 1")
+        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        assert second.vnodes[1].state is not None
+        assert dict(second.vnodes[1].offsets) == {1: 0, 5: 1}
+        assert output_of(second) == {2: (1, 20)}
 
     run(body)
 

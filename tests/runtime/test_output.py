@@ -37,8 +37,10 @@ from laminar_cluster.runtime.output import (
     AggregateRecord,
     CommittedOutput,
     aggregate_committed,
+    check_aggregate_columns,
     decode_aggregate_records,
     encode_aggregate_records,
+    encode_checked_aggregate_records,
     open_output_authority,
     read_committed_output,
 )
@@ -284,6 +286,21 @@ def test_aggregate_record_format() -> None:
         with pytest.raises(CorruptRecord):
             decode_aggregate_records(data)
     assert aggregate_committed([(1, 2, 3), (1, -1, 5), (0, 1, 1)]) == {0: (1, 1), 1: (1, 8)}
+
+
+def test_aggregate_columns_are_checked_as_the_encoder_would() -> None:
+    check_aggregate_columns([0, 2**64 - 1], [1, 2**63 - 1], [-(2**63), 5])
+    check_aggregate_columns([], [], [])
+    for keys, counts, sums in [
+        ([-1], [1], [1]),
+        ([2**64], [1], [1]),
+        ([1], [2**63], [1]),
+        ([1], [1], [-(2**63) - 1]),
+    ]:
+        with pytest.raises(InvalidArgument):
+            check_aggregate_columns(keys, counts, sums)
+    records = [(3, 1, -2), (1, 2, 5)]
+    assert encode_checked_aggregate_records(records) == encode_aggregate_records(records)
 
 
 def test_committed_output_survives_outcome_compaction_and_flooring() -> None:

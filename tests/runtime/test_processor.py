@@ -10,7 +10,7 @@ import pytest
 
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.errors import CorruptRecord
-from laminar_cluster.runtime.output import decode_aggregate_records
+from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import (
     AggregateSlice,
     KeyedAggregation,
@@ -98,13 +98,50 @@ def test_drop_forgets_state_and_output() -> None:
     assert agg.totals(0) == {} and agg.emit_output(0) == [] and agg.vnodes() == ()
 
 
-def test_encode_output_merges_a_key_across_vnodes() -> None:
+def test_a_capture_is_the_state_at_the_cut_while_processing_goes_on() -> None:
     agg = KeyedAggregation()
     agg.process(0, (7, 1), (1, 2))
     agg.process(1, (7,), (5,))
-    records = agg.emit_output(0) + agg.emit_output(1)
-    decoded = decode_aggregate_records(agg.encode_output(records))
-    assert decoded == [(1, 1, 2), (7, 2, 6)]
+    encode = agg.capture((0, 1))
+    agg.process(0, (7, 3), (100, 100))  # after the cut: neither in its state nor its output
+    encoded = encode()
+    assert set(encoded.states) == {0, 1}
+    assert decode_slice(encoded.states[0], what="x") == {1: [1, 2], 7: [1, 1]}
+    assert decode_slice(encoded.states[1], what="x") == {7: [1, 5]}
+    # Each vnode's records, keys ascending within it; the reader sums a key across vnodes.
+    decoded = decode_aggregate_records(encoded.output)
+    assert sorted(decoded) == [(1, 1, 2), (7, 1, 1), (7, 1, 5)]
+    assert aggregate_committed(decoded) == {1: (1, 2), 7: (2, 6)}
+    agg.commit_output(0)
+    agg.commit_output(1)
+    assert agg.emit_output(0) == [(3, 1, 100), (7, 1, 100)]
+    assert agg.totals(0) == {7: (2, 101), 1: (1, 2), 3: (1, 100)}
+
+
+def test_a_cut_after_a_restore_or_drop_encodes_the_new_keys() -> None:
+    """The sorted keys of a vnode's last cut are reused only for the same state: a restored
+    or re-created vnode with as many (other) keys is sorted again."""
+    agg = KeyedAggregation()
+    agg.process(0, (2, 1), (1, 1))
+    agg.capture((0,))()
+    other = KeyedAggregation()
+    other.process(0, (6, 5), (3, 4))
+    agg.restore(0, other.snapshot(0))
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {5: [1, 4], 6: [1, 3]}
+    agg.drop(0)
+    agg.process(0, (9, 8), (1, 2))
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [1, 2], 9: [1, 1]}
+    agg.process(0, (8,), (5,))  # same keys: the previous order is reused
+    assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [2, 7], 9: [1, 1]}
+    agg.commit_output(0)
+    agg.process(0, (10, 3, 8), (1, 1, 1))  # new keys merge into the previous order
+    encoded = agg.capture((0,))()
+    assert slice_keys(encoded.states[0]) == [3, 8, 9, 10]
+    assert sorted(decode_aggregate_records(encoded.output)) == [(3, 1, 1), (8, 1, 1), (10, 1, 1)]
+
+
+def slice_keys(state: bytes) -> list[int]:
+    return list(msgspec.msgpack.decode(state, type=AggregateSlice).keys)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +175,7 @@ def test_table_restores_acquired_vnodes_and_activates_them_at_their_offsets() ->
     table = VnodeTable(8)
     assert table.adopt(4, (0, 1), (0, 1), HandoffRestore()) == ()
     assert set(table.restoring) == {0, 1} and table.consumable() == []
-    assert table.finish_restore(0, table.restoring[0], {4: 17})
+    assert table.finish_restore(0, table.restoring[0], {4: 17}, empty=False)
     assert table.offsets == {0: 0, 4: 17}
     assert table.consumable() == [0, 4]
     assert table.cut_offsets() == {0: {0: 0, 4: 17}}
@@ -149,7 +186,7 @@ def test_table_discards_a_restore_the_ownership_moved_past() -> None:
     table.adopt(4, (0,), (0,), HandoffRestore())
     stale = table.restoring[0]
     table.restart_all(4, (0,), RecoveryRestore(REF))
-    assert not table.finish_restore(0, stale, {})
+    assert not table.finish_restore(0, stale, {}, empty=True)
     assert table.restoring[0].source == RecoveryRestore(REF)
 
 
@@ -157,7 +194,7 @@ def test_table_refuses_an_offset_of_another_vnodes_partition() -> None:
     table = VnodeTable(8)
     table.adopt(4, (1,), (1,), HandoffRestore())
     with pytest.raises(CorruptRecord, match="partition 4"):
-        table.finish_restore(1, table.restoring[1], {4: 1})
+        table.finish_restore(1, table.restoring[1], {4: 1}, empty=False)
     assert 1 in table.restoring
 
 
@@ -165,7 +202,7 @@ def test_table_drops_vnodes_no_longer_owned_and_pauses_revoking_ones() -> None:
     table = VnodeTable(8)
     table.adopt(4, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {})
+        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
     table.pause((1, 3))
     assert table.paused == {1} and table.consumable() == [0, 4]
     assert table.paused_partitions() == (1, 5)
@@ -177,7 +214,7 @@ def test_table_hands_out_partitions_round_robin() -> None:
     table = VnodeTable(6)
     table.adopt(2, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {})
+        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
     seen = [p for _ in range(3) for p, _ in table.next_reads(4)]
     assert seen[:6] == [0, 1, 2, 3, 4, 5]
     assert sorted(seen) == sorted([0, 1, 2, 3, 4, 5] * 2)
@@ -186,7 +223,7 @@ def test_table_hands_out_partitions_round_robin() -> None:
 def test_table_learns_the_partition_count_late() -> None:
     table = VnodeTable()
     table.adopt(4, (1,), (1,), HandoffRestore())
-    table.finish_restore(1, table.restoring[1], {9: 3})
+    table.finish_restore(1, table.restoring[1], {9: 3}, empty=False)
     assert table.offsets == {9: 3}
     table.set_partitions(12)
     assert table.offsets == {1: 0, 5: 0, 9: 3}

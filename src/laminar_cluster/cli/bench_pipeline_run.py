@@ -148,7 +148,14 @@ class PipelineBench:
 
     async def recovery(self, workload: Workload, extended: Workload) -> dict[str, Any]:
         """Extend the log to `extended`, SIGKILL a follower mid-way, time the recovery."""
-        self.fleet.refresh()
+
+        async def a_follower_owns() -> bool:  # a fast run can end before the rebalance does
+            leader = leader_run(self.fleet)
+            return leader is not None and any(
+                r is not leader and _owns(r) for r in self.fleet.live_runs()
+            )
+
+        await self.wait("a follower that owns vnodes", a_follower_owns)
         leader = leader_run(self.fleet)
         followers = [r for r in self.fleet.live_runs() if r is not leader and _owns(r)]
         if leader is None or not followers:

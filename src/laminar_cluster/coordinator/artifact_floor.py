@@ -37,7 +37,7 @@ from typing import Final
 
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import CheckpointOutcome, LeaderProof
-from laminar_cluster.coordinator.objects import gather_bounded
+from laminar_cluster.coordinator.objects import EMPTY_PARTIAL_SHA256, gather_bounded
 from laminar_cluster.coordinator.paths import (
     AttemptObject,
     attempt_prefix,
@@ -228,13 +228,19 @@ class ArtifactFloorKeeper:
     async def validate_cut(self, cut: CheckpointOutcome) -> None:
         """The authority preflight's artifact check of the recovery cut: every manifest its
         capsule names verifies (digest, participant, vnodes), and every vnode's partial is
-        there. Raises CorruptRecord (the authority then refuses the floor)."""
+        there (a vnode cut empty has none, DC-15). Raises CorruptRecord (the authority then
+        refuses the floor)."""
         ref = cut.recovery_capsule
         if ref is None:
             raise CorruptRecord(f"cluster Commit {cut.checkpoint_id} names no recovery capsule")
         capsule = await self.decisions.load_recovery_capsule(ref)
-        await capsule_manifests(self.store, capsule)
-        wanted = {v for p in capsule.participants for v in p.vnodes}
+        manifests = await capsule_manifests(self.store, capsule)
+        wanted = {
+            vnode
+            for manifest in manifests
+            for vnode, digest in zip(manifest.vnodes, manifest.partial_sha256, strict=True)
+            if digest != EMPTY_PARTIAL_SHA256
+        }
         listed = await self._listed_partials(cut.checkpoint_id)
         missing = sorted(wanted - listed)
         if missing:

@@ -24,6 +24,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import Clock
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.objects import (
+    EMPTY_PARTIAL_SHA256,
     gather_bounded,
     read_manifest,
     read_output,
@@ -150,6 +151,7 @@ async def verify_participant(
         [
             _reader(store, attempt, vnode, participant, digest)
             for vnode, digest in zip(vnodes, manifest.partial_sha256, strict=True)
+            if digest != EMPTY_PARTIAL_SHA256  # DC-15: cut empty, no partial to read
         ]
     )
     await read_output(store, attempt, participant, manifest.output_sha256)

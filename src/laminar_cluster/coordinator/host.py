@@ -23,7 +23,9 @@ from laminar_cluster.coordinator.records import CheckpointPrepare
 
 @dataclass(frozen=True, slots=True)
 class VnodeCut:
-    state: bytes
+    # None: the vnode's empty state, what `Processor.restore(vnode, None)` starts from; then no
+    # offset may be above 0 and the participant writes no partial for it (DC-15).
+    state: bytes | None
     offsets: Mapping[int, int]  # source partition -> next offset to read
 
 

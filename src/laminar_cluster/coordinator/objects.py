@@ -47,6 +47,9 @@ MAX_MANIFEST_BYTES: Final = 8_388_608  # 65,535 vnodes with their digests: about
 MAX_SINK_COMMIT_BYTES: Final = 262_144  # a fence and 129 output digests: about 40 KiB
 RECORD_VERSION: Final = 1
 IO_CONCURRENCY: Final = 32  # per-object requests in flight at once, per caller
+# DC-15: the manifest digest of a vnode cut empty (no state, no offset above 0): no partial
+# object exists for it, and it restores empty at offset 0. No SHA-256 of a partial equals it.
+EMPTY_PARTIAL_SHA256: Final = "0" * 64
 
 
 def encode_record(record: Record, *, key: str) -> bytes:
@@ -137,9 +140,20 @@ async def read_output(
     return _b64decode(output.records_b64, key=key)
 
 
+def is_empty_cut(vnode: int, cut: VnodeCut) -> bool:
+    """DC-15: True for a cut without state; InvalidArgument if it still has an offset above 0."""
+    if cut.state is not None:
+        return False
+    if any(offset != 0 for offset in cut.offsets.values()):
+        raise InvalidArgument(f"vnode {vnode}: a cut without state has a source offset above 0")
+    return True
+
+
 def partial_of(
     attempt: CheckpointAttempt, vnode: int, participant: FenceParticipant, cut: VnodeCut
 ) -> VnodePartial:
+    if cut.state is None:
+        raise InvalidArgument(f"vnode {vnode}: a cut without state has no partial (DC-15)")
     offsets: dict[str, int] = {}
     for partition, offset in cut.offsets.items():
         if type(partition) is not int or partition < 0:

@@ -38,9 +38,11 @@ from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.attempts import attempts_after, newest_attempt
 from laminar_cluster.coordinator.host import CheckpointHost, Cut
 from laminar_cluster.coordinator.objects import (
+    EMPTY_PARTIAL_SHA256,
     RECORD_VERSION,
     encode_record,
     gather_bounded,
+    is_empty_cut,
     output_of,
     partial_of,
     read_prepare,
@@ -316,22 +318,28 @@ class CheckpointParticipant:
     async def _write_cut(
         self, prepare: CheckpointPrepare, cut: Cut, *, deadline: float
     ) -> tuple[dict[int, str], str]:
-        """P4: every partial and the output; their SHA-256 digests."""
+        """P4: every partial (none for a vnode cut empty, DC-15) and the output; their SHA-256
+        digests."""
         attempt, me = prepare.attempt, self.host.local_participant()
         count = prepare.fence.vnode_count
         if any(type(v) is not int or not 0 <= v < count for v in cut.vnodes):
             raise InvalidArgument(f"the cut names vnodes outside 0..{count - 1}")
+        empty = {v for v, vnode_cut in cut.vnodes.items() if is_empty_cut(v, vnode_cut)}
         bodies = {
             partial_path(attempt.checkpoint_id, v): encode_record(
                 partial_of(attempt, v, me, vnode_cut), key="vnode partial"
             )
             for v, vnode_cut in cut.vnodes.items()
+            if v not in empty
         }
         out_key = output_path(attempt.checkpoint_id, me.node_id)
         bodies[out_key] = encode_record(output_of(attempt, me, cut.output), key="sink output")
         await gather_bounded([self._putter(key, body, deadline) for key, body in bodies.items()])
         digests = {
-            v: sha256_hex(bodies[partial_path(attempt.checkpoint_id, v)]) for v in cut.vnodes
+            v: EMPTY_PARTIAL_SHA256
+            if v in empty
+            else sha256_hex(bodies[partial_path(attempt.checkpoint_id, v)])
+            for v in cut.vnodes
         }
         return digests, sha256_hex(bodies[out_key])
 

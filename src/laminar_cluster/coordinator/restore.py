@@ -28,6 +28,7 @@ from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.host import VnodeCut
 from laminar_cluster.coordinator.objects import (
+    EMPTY_PARTIAL_SHA256,
     gather_bounded,
     read_manifest,
     read_output,
@@ -117,6 +118,8 @@ async def _participant_cuts(
 
     def reader(vnode: int) -> Callable[[], Awaitable[VnodeCut]]:
         async def read() -> VnodeCut:
+            if digest_of[vnode] == EMPTY_PARTIAL_SHA256:  # DC-15: cut empty, restores empty
+                return VnodeCut(state=None, offsets={})
             partial = await read_partial(store, capsule.attempt, vnode, identity, digest_of[vnode])
             return vnode_cut(partial, key=partial_path(capsule.attempt.checkpoint_id, vnode))
 

@@ -18,10 +18,14 @@ Source drains (§3.5): `prepare_local_source_drain` pauses the vnodes leaving th
 (`revoking_vnodes`); Abort resumes them; after Commit they stay paused until the adoption of
 the target drops them.
 
-Checkpoints (exactly-once at depth 1, §1.7): `cut` pauses processing and returns every owned
-vnode's state and offsets plus the output since the last committed checkpoint; processing stays
-paused until `resolve`. Commit makes that output history; Abort keeps it pending (re-emitted
-next time). A fault or a recovery generation releases a held cut.
+Checkpoints (exactly-once at depth 1, §1.7): `cut` captures, at one batch boundary, every owned
+vnode's state and offsets plus the output since the last committed checkpoint (a synchronous
+freeze, `Processor.capture`), encodes it in a worker thread and holds it until `resolve`; no
+second cut is taken before then. Processing does not pause: events after the cut are part of
+neither the cut's state nor its output. Commit makes exactly the cut's output history (the
+processor's baseline becomes the cut); Abort keeps it pending, so the next cut emits it again
+merged with what came after, and no state rolls back in either case. A fault or a recovery
+generation releases a held cut; one that happens while the cut encodes refuses it.
 """
 
 from __future__ import annotations
@@ -121,12 +125,9 @@ class StreamEngine(ControlEngine):
         await self._loop.run(shutdown)
 
     def intake_open(self) -> bool:
-        return (
-            self._cutting is None
-            and self._held is None
-            and not self.cluster_intake_fenced()
-            and self.running_fence() is not None
-        )
+        """Consume while the source gate is open and the installed fence runs; a cut (held or
+        being encoded) does not pause it (module docstring)."""
+        return not self.cluster_intake_fenced() and self.running_fence() is not None
 
     def notify(self) -> None:
         """Wake everything waiting for a state change (the run loop, a cut)."""
@@ -314,9 +315,10 @@ class StreamEngine(ControlEngine):
         return fence
 
     async def cut(self, prepare: CheckpointPrepare, *, deadline: float) -> Cut:
-        """Pause at a batch boundary and capture every owned vnode (waiting, within the
-        deadline, for restoring ones); Refused when the fence is not the one we run or another
-        attempt is still unresolved. The same attempt again returns the same cut."""
+        """Capture every owned vnode at one batch boundary (waiting, within the deadline, for
+        restoring ones), then encode that frozen cut while processing goes on; Refused when the
+        fence is not the one we run (before or after the encoding) or another attempt is still
+        unresolved. The same attempt again returns the same cut."""
         attempt = prepare.attempt
         held = self._held
         if held is not None and held.attempt == attempt:
@@ -333,12 +335,11 @@ class StreamEngine(ControlEngine):
                 while self.table.restoring:
                     await self.wait_change(self.config.idle_s)
                 self._check_cut(prepare)
-                held = self._capture(attempt)
-            except BaseException:
+                held = await self._capture(prepare)
+                self._held = held
+            finally:
                 self._cutting = None
                 self.notify()
-                raise
-        self._held, self._cutting = held, None
         self.counters.cuts += 1
         return held.cut
 
@@ -373,19 +374,34 @@ class StreamEngine(ControlEngine):
         if not registry_runs(self.registry(), fence):
             raise Refused(f"checkpoint epoch {prepare.attempt.epoch}: registry moved on")
 
-    def _capture(self, attempt: CheckpointAttempt) -> HeldCut:
-        """Synchronous: state, offsets and output of every owned (all active) vnode."""
-        processor = self.processor
+    async def _capture(self, prepare: CheckpointPrepare) -> HeldCut:
+        """Freeze every owned (all active) vnode's state, offsets and output in one synchronous
+        step, then encode the frozen copies in a worker thread: processing goes on meanwhile
+        (the processor's encoder reads only what it froze). An untouched vnode (restored empty,
+        nothing applied since) is cut as the empty state without asking the processor (DC-15).
+        A fault, a recovery generation or an adoption while it encodes refuses the cut (its
+        output is aborted, no manifest)."""
+        attempt = prepare.attempt
         offsets = self.table.cut_offsets()
         vnodes = tuple(sorted(self.table.owned))
         if set(vnodes) != offsets.keys():
             raise Refused(f"checkpoint epoch {attempt.epoch}: a vnode is still restoring")
-        records = []
-        cuts: dict[int, VnodeCut] = {}
-        for vnode in vnodes:
-            cuts[vnode] = VnodeCut(state=processor.snapshot(vnode), offsets=offsets[vnode])
-            records.extend(processor.emit_output(vnode))
-        return HeldCut(attempt, Cut(vnodes=cuts, output=processor.encode_output(records)), vnodes)
+        empty = frozenset(vnode for vnode in vnodes if vnode in self.table.untouched)  # DC-15
+        encode = self.processor.capture(tuple(v for v in vnodes if v not in empty))
+        try:
+            encoded = await asyncio.to_thread(encode)
+            self._check_cut(prepare)
+        except BaseException:
+            for vnode in vnodes:
+                self.processor.abort_output(vnode)
+            raise
+        cuts = {
+            vnode: VnodeCut(
+                state=None if vnode in empty else encoded.states[vnode], offsets=offsets[vnode]
+            )
+            for vnode in vnodes
+        }
+        return HeldCut(attempt, Cut(vnodes=cuts, output=encoded.output), vnodes)
 
     def _release_cut(self, reason: str) -> None:
         held = self._held

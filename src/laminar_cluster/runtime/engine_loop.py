@@ -3,10 +3,11 @@
 Each turn of the loop restores the restoring vnodes (backing off after a failure, so a failing
 restore does not starve the active vnodes), learns the log's partition count (once the producer
 declared it), then reads up to `read_parallelism` partitions and applies the batches.
-Applying is synchronous and re-checks, batch by batch, that intake is open and the partition
-still stands where it was read: reads have no effects, so a read overtaken by a cut, a gate, a
-drain or an adoption is dropped. Expected failures (`LaminarError`) are logged and counted; the
-loop waits `retry_s` and goes on. Anything else is a bug and ends the task.
+Each batch is applied synchronously and the loop yields after it (so renewals and checkpoint
+work run between batches); before each batch it re-checks that intake is open and the
+partition still stands where it was read: reads have no effects, so a read overtaken by a cut,
+a gate, a drain or an adoption is dropped. Expected failures (`LaminarError`) are logged and
+counted; the loop waits `retry_s` and goes on. Anything else is a bug and ends the task.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ class EngineLoop:
         if vnode not in cuts:
             raise CorruptRecord(f"restore of vnode {vnode}: the restorer returned no cut for it")
         cut = cuts[vnode]
-        engine.processor.restore(vnode, None if cut is None else cut.state)
-        engine.table.finish_restore(vnode, restore, {} if cut is None else dict(cut.offsets))
+        state = None if cut is None else cut.state
+        engine.processor.restore(vnode, state)
+        offsets = {} if cut is None else dict(cut.offsets)
+        engine.table.finish_restore(vnode, restore, offsets, empty=state is None)
         engine.counters.restores += 1
 
     async def _process(self) -> bool:
@@ -123,7 +126,7 @@ class EngineLoop:
             engine.execution_fence.shared(),
         ):
             results = await self._read_all(reads, deadline)
-            return self._apply(reads, results)
+            return await self._apply(reads, results)
 
     async def _read_all(
         self, reads: list[tuple[int, int]], deadline: float
@@ -145,33 +148,39 @@ class EngineLoop:
         except LaminarError as error:
             return error
 
-    def _apply(self, reads: list[tuple[int, int]], results: list[Events | LaminarError]) -> bool:
-        """Synchronous: apply each batch whose partition still stands where it was read."""
+    async def _apply(
+        self, reads: list[tuple[int, int]], results: list[Events | LaminarError]
+    ) -> bool:
+        """Apply each batch whose partition still stands where it was read, one batch at a time:
+        each is applied synchronously, then the loop yields, so the control plane (renewals,
+        checkpoints) runs between batches however busy the engine is; intake is re-checked
+        before every batch."""
         engine = self.engine
-        if not engine.intake_open():
-            return False
         table, processor, counters = engine.table, engine.processor, engine.counters
-        offsets, paused = table.offsets, table.paused
         applied, failure = False, None
         for (partition, start), result in zip(reads, results, strict=True):
+            if not engine.intake_open():
+                break
             if isinstance(result, LaminarError):
                 failure = failure or result
                 continue
             keys, values, next_offset = result
             vnode = table.vnode_of(partition)
-            if offsets.get(partition) != start or vnode in paused:
+            if table.offsets.get(partition) != start or vnode in table.paused:
                 continue
             if next_offset != start + len(keys) or len(values) != len(keys):
                 raise CorruptRecord(
                     f"partition {partition}: a read from offset {start} returned {len(keys)} "
                     f"keys, {len(values)} values and next offset {next_offset}"
                 )
+            table.offsets[partition] = next_offset
             if keys:
+                table.untouched.discard(vnode)
                 processor.process(vnode, keys, values)
                 counters.events += len(keys)
                 counters.batches += 1
                 applied = True
-            offsets[partition] = next_offset
+                await engine.clock.sleep(0)
         if failure is not None:
             raise failure
         return applied

@@ -35,6 +35,7 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import I64, U64, sha256_hex
+from laminar_cluster.codec.types import I64_MAX, I64_MIN, U64_MAX
 from laminar_cluster.coordinator.objects import gather_bounded, read_manifest, read_record
 from laminar_cluster.coordinator.paths import (
     ATTEMPTS_PREFIX,
@@ -82,6 +83,28 @@ def encode_aggregate_records(records: Iterable[AggregateRecord]) -> bytes:
     except CorruptRecord as error:  # a negative key, a delta beyond i64: refused before writing
         raise InvalidArgument(str(error)) from None
     return data
+
+
+def check_aggregate_columns(
+    keys: Sequence[int], count_deltas: Sequence[int], sum_deltas: Sequence[int]
+) -> None:
+    """InvalidArgument unless every key is within u64 and every delta within i64: what
+    `encode_aggregate_records` checks by decoding, as C-level min/max scans of the columns
+    (no object per record)."""
+    if keys and (min(keys) < 0 or max(keys) > U64_MAX):
+        raise InvalidArgument("aggregate records: a key is outside the u64 range")
+    for column in (count_deltas, sum_deltas):
+        if column and (min(column) < I64_MIN or max(column) > I64_MAX):
+            raise InvalidArgument("aggregate records: a delta is outside the i64 range")
+
+
+def encode_checked_aggregate_records(records: list[AggregateRecord]) -> bytes:
+    """The output bytes of `records` whose columns passed `check_aggregate_columns` (ints
+    only): encoded without another pass over them."""
+    try:
+        return _AGGREGATE_ENCODER.encode(records)
+    except (OverflowError, TypeError) as error:
+        raise InvalidArgument(f"aggregate records: cannot be encoded: {error}") from error
 
 
 def decode_aggregate_records(

@@ -12,6 +12,9 @@
   the new partitions of active vnodes at offset 0. Offsets a restored cut names are kept even
   for partitions this table does not know yet.
 * `next_reads(n)` hands out up to n consumable partitions round-robin.
+* *Untouched* vnodes are active vnodes restored empty (no state) to which no batch has been
+  applied since: their state is the empty state and every offset is 0, so a cut writes no
+  partial for them (DC-15).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class VnodeTable:
         self.offsets: dict[int, int] = {}  # partition -> next offset (active vnodes only)
         self.restoring: dict[int, PendingRestore] = {}
         self.paused: frozenset[int] = frozenset()
+        self.untouched: set[int] = set()
         self._generations = itertools.count(1)
         self._cursor = 0
         self._consumable: list[int] | None = None
@@ -135,15 +139,19 @@ class VnodeTable:
         self.owned = frozenset()
         self.offsets.clear()
         self.restoring.clear()
+        self.untouched.clear()
         self.paused = frozenset()
         self._consumable = None
         return held
 
     def finish_restore(
-        self, vnode: int, pending: PendingRestore, offsets: Mapping[int, int]
+        self, vnode: int, pending: PendingRestore, offsets: Mapping[int, int], *, empty: bool
     ) -> bool:
         """Activate `vnode` at `offsets` (its other partitions start at 0) if `pending` is
-        still its restore; CorruptRecord for an offset of another vnode's partition."""
+        still its restore, `empty` when it was restored without state; CorruptRecord for an
+        offset of another vnode's partition (or any offset above 0 of an empty restore)."""
+        if empty and any(offset != 0 for offset in offsets.values()):
+            raise CorruptRecord(f"restore of vnode {vnode}: no state but offsets above 0")
         if self.restoring.get(vnode) != pending:
             return False
         for partition, offset in offsets.items():
@@ -156,6 +164,8 @@ class VnodeTable:
         for partition in self.partitions_of(vnode):
             self.offsets[partition] = 0
         self.offsets.update(offsets)
+        if empty:
+            self.untouched.add(vnode)
         self._consumable = None
         return True
 
@@ -190,6 +200,7 @@ class VnodeTable:
 
     def _forget(self, vnode: int) -> None:
         self.restoring.pop(vnode, None)
+        self.untouched.discard(vnode)
         for partition in [p for p in self.offsets if self.vnode_of(p) == vnode]:
             del self.offsets[partition]
 
