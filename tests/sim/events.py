@@ -5,8 +5,9 @@ graceful leave and an injected store fault), each at a random instant of the fau
 plus `extra` events of any kind at random instants (`draw_schedule`, a pure function of the
 seed and the config, so a test can check the schedules of every seed). A required event that
 cannot happen at its instant (a join into a full cluster, a leave with two nodes left) is
-tried again `RETRY_S` later, until it happens. Each event acts on the running simulation
-(`tests.sim.simulation.Simulation`):
+tried again `RETRY_S` later, until it happens; a required store fault counts once a fault was
+injected (its process may crash before the request that was to fail). Each event acts on the
+running simulation (`tests.sim.simulation.Simulation`):
 
 * crash: a process is cancelled after a random number of loop turns (so at whatever await it
   reached); 80% are restarted 0.2-4 s later as a new boot, the rest stay down;
@@ -35,6 +36,7 @@ REQUIRED: Final = ("crash", "join", "leave", "fault")  # in every run with fault
 EXTRA_KINDS: Final = ("crash", "crash", "join", "leave", "fault", "cut", "slow")
 RESTART_PROBABILITY: Final = 0.8
 RETRY_S: Final = 0.25  # a required event that could not happen is tried again this much later
+FAULT_CHECK_S: Final = 1.0  # a required store fault not injected by then is scheduled again
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -186,7 +186,7 @@ class Simulation:
         due = [(start + p.at_s, p.kind, p.required) for p in self.schedule]
         while True:
             # A required event is satisfied by any event of its kind (an extra one, say).
-            due = [entry for entry in due if not (entry[2] and entry[1] in self.happened)]
+            due = [entry for entry in due if not (entry[2] and self._satisfied(entry[1]))]
             if self.clock.monotonic() >= fault_end and not any(entry[2] for entry in due):
                 break
             if self.clock.monotonic() >= give_up:
@@ -202,9 +202,18 @@ class Simulation:
                     later.append((at, kind, required))
                 elif await events.scheduled_event(self, kind):
                     self.happened.add(kind)
+                    if required and not self._satisfied(kind):  # a fault not injected yet
+                        later.append((now + events.FAULT_CHECK_S, kind, required))
                 elif required:
                     later.append((now + events.RETRY_S, kind, required))
             due = later
+
+    def _satisfied(self, kind: str) -> bool:
+        """Did an event of `kind` take place? A store fault counts once one was injected (the
+        process whose next request was to fail may have crashed before making it)."""
+        if kind == "fault":
+            return any(sum(store.stats.injected.values()) for store in self.stores)
+        return kind in self.happened
 
     def result(self) -> SimResult:
         self._finish_figures()
