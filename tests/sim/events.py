@@ -1,11 +1,20 @@
-"""The scenario's random events and store-fault rates, drawn from the run's seeded RNG.
+"""The scenario's events and store-fault rates, drawn from the run's seed.
 
-Each event acts on the running simulation (`tests.sim.simulation.Simulation`):
+Every run with faults contains at least one of each `REQUIRED` event (a crash, a join, a
+graceful leave and an injected store fault), each at a random instant of the fault phase,
+plus `extra` events of any kind at random instants (`draw_schedule`, a pure function of the
+seed and the config, so a test can check the schedules of every seed). A required event that
+cannot happen at its instant (a join into a full cluster, a leave with two nodes left) is
+tried again `RETRY_S` later, until it happens; a required store fault counts once a fault was
+injected (its process may crash before the request that was to fail). Each event acts on the
+running simulation (`tests.sim.simulation.Simulation`):
 
 * crash: a process is cancelled after a random number of loop turns (so at whatever await it
   reached); 80% are restarted 0.2-4 s later as a new boot, the rest stay down;
 * join: a new node id starts (at most `NODES_MAX` members, counting pending restarts);
 * leave: an active node leaves gracefully (draining, drained, left), if more than two run;
+* fault: the next write (or read) of a running process fails, before it applied or after
+  (a lost response), on top of this run's random per-request fault rates;
 * cut: a process is cut off from the store (every request fails) for 0.5-4 s;
 * slow: a process's store answers after up to 0.05-0.8 s for 1-4 s.
 """
@@ -13,17 +22,45 @@ Each event acts on the running simulation (`tests.sim.simulation.Simulation`):
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import TYPE_CHECKING, Final
 
-from laminar_cluster.store.faulty import FaultConfig
+from laminar_cluster.store.faulty import FaultConfig, FaultKind
 
 if TYPE_CHECKING:
-    from tests.sim.simulation import Simulation
+    from tests.sim.simulation import SimConfig, Simulation
 
 NODES_MIN: Final = 3
 NODES_MAX: Final = 6
-KINDS: Final = ("crash", "crash", "join", "leave", "cut", "slow")
+REQUIRED: Final = ("crash", "join", "leave", "fault")  # in every run with faults
+EXTRA_KINDS: Final = ("crash", "crash", "join", "leave", "fault", "cut", "slow")
 RESTART_PROBABILITY: Final = 0.8
+RETRY_S: Final = 0.25  # a required event that could not happen is tried again this much later
+FAULT_CHECK_S: Final = 1.0  # a required store fault not injected by then is scheduled again
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Planned:
+    """One scenario event: `at_s` after the fault phase began."""
+
+    at_s: float
+    kind: str
+    required: bool
+
+
+def draw_schedule(seed: int, config: SimConfig) -> list[Planned]:
+    """The fault phase's events, in time order: each `REQUIRED` kind once at a uniform instant
+    of the phase, plus extra events of `EXTRA_KINDS` every `event_every_s` on average."""
+    if not config.faults:
+        return []
+    rng = random.Random(f"laminar-sim-schedule-{seed}")  # its own stream: a pure function
+    phase_s = config.fault_phase_s
+    planned = [Planned(rng.uniform(0.0, phase_s), kind, True) for kind in REQUIRED]
+    at_s = rng.expovariate(1 / config.event_every_s)
+    while at_s < phase_s:
+        planned.append(Planned(at_s, rng.choice(EXTRA_KINDS), False))
+        at_s += rng.expovariate(1 / config.event_every_s)
+    return sorted(planned)
 
 
 def draw_rates(sim: Simulation) -> FaultConfig:
@@ -39,36 +76,42 @@ def draw_rates(sim: Simulation) -> FaultConfig:
     )
 
 
-def next_event_at(sim: Simulation) -> float:
-    return sim.clock.monotonic() + sim.rng.expovariate(1 / sim.config.event_every_s)
-
-
-async def random_event(sim: Simulation) -> None:
-    kind = sim.rng.choice(KINDS)
+async def scheduled_event(sim: Simulation, kind: str) -> bool:
+    """Perform one event of `kind` if the cluster allows it now; whether it happened."""
     running = sim.running()
     members = len(running) + sim.pending("restart")
     if kind == "crash" and len(running) > 1:
-        await crash(sim, sim.rng.choice(sorted(sim.tasks)))
-    elif kind == "join" and members < NODES_MAX:
+        return await crash(sim, sim.rng.choice(sorted(sim.tasks)))
+    if kind == "join" and members < NODES_MAX:
         node_id = max(sim.processes) + 1
         sim.note(f"node {node_id} joins")
         sim.figures["joins"] += 1
+        sim.figures["members_max"] = max(sim.figures["members_max"], members + 1)
         sim.start(node_id)
-    elif kind == "leave" and len(running) > 2:
+        return True
+    if kind == "leave" and len(running) > 2:
         node_id = sim.rng.choice(running)
         if sim.processes[node_id].request_leave():
             sim.note(f"node {node_id} asked to leave")
             sim.figures["leaves"] += 1
-    elif kind == "cut" and running:
+            return True
+        return False
+    if kind == "fault" and running:
+        store_fault(sim, sim.rng.choice(running))
+        return True
+    if kind == "cut" and running:
         cut(sim, sim.rng.choice(running))
-    elif kind == "slow" and running:
+        return True
+    if kind == "slow" and running:
         slow(sim, sim.rng.choice(running))
+        return True
+    return False
 
 
-async def crash(sim: Simulation, node_id: int) -> None:
+async def crash(sim: Simulation, node_id: int) -> bool:
     count = sim.rng.randrange(sim.config.crash_turns_max)
     if not await sim.kill(node_id, after_turns=count):
-        return
+        return False
     if sim.rng.random() < RESTART_PROBABILITY:
         delay = sim.rng.uniform(0.2, 4.0)
         sim.note(f"node {node_id} crashed after {count} turns; restart in {delay:.2f} s")
@@ -76,6 +119,17 @@ async def crash(sim: Simulation, node_id: int) -> None:
     else:
         sim.note(f"node {node_id} crashed after {count} turns; stays down")
         sim.gone.add(node_id)
+    return True
+
+
+def store_fault(sim: Simulation, node_id: int) -> None:
+    """The next write (or read) of `node_id`'s process fails: before it applied, or after."""
+    store = sim.processes[node_id].store
+    op = sim.rng.choice(("put", "put", "get", "list"))
+    kind = FaultKind.BEFORE if op != "put" else sim.rng.choice(tuple(FaultKind))
+    store.fail_next(kind, op=op)
+    sim.figures["scripted_faults"] += 1
+    sim.note(f"node {node_id}: its next {op} fails ({kind.value})")
 
 
 def cut(sim: Simulation, node_id: int) -> None:

@@ -152,9 +152,12 @@ def node_config(node_id: int, vnode_count: int) -> NodeConfig:
         checkpoint_timeout_s=3.0,
         leave_timeout_s=20.0,
         vnode_count=vnode_count,
-        # Cheaper simulated runs: log-event detection and rival observation at poll pace.
-        monitor_interval_s=0.1,
-        observe_interval_s=0.25,
+        # Cheaper simulated runs: rival observation at the renewal pace (a lapsed leader is
+        # still seen within 0.5 s of a 2 s lease) and log-event detection at half the poll:
+        # each wake-up of every node is a simulation step (0.25/0.1 s took twice the steps
+        # and ~8% more CPU a run, with no checker seeing more).
+        monitor_interval_s=0.25,
+        observe_interval_s=0.5,
     )
 
 

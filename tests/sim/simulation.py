@@ -1,17 +1,19 @@
 """The deterministic rebalance simulation: several nodes in one process, one seed.
 
-`run_seed(seed)` builds a cluster of 3-6 simulated processes (`tests.sim.node`: real
-`RebalanceNode`s) over one `SimStore`, each behind its own seeded `FaultyStore`, and drives
-them with one `SimClock`, in three phases:
+`run_seed(seed)` builds a cluster of 3-5 simulated processes (`tests.sim.node`: real
+`RebalanceNode`s; joins take it up to 6) over one `SimStore`, each behind its own seeded
+`FaultyStore`, and drives them with one `SimClock`, in three phases:
 
 1. Bootstrap, calm: until v1 is committed, adopted by every process and covered by a committed
    cluster checkpoint under its fence (so the recovery path has a cut; the window before that
    is a known liveness gap, see `test_owner_lost_before_first_checkpoint_converges`).
 2. Faults (`fault_phase_s`): every store request may fail before or after it applied, at this
-   run's seeded rates, and random events (`tests.sim.events`) crash processes at any await,
-   restart them as new boots, add and remove nodes, cut processes off the store and slow their
-   store down. A process whose lease was fenced (or that exited on a store error) is restarted
-   by a supervisor 0.5-2 s later.
+   run's seeded rates, and the seed's schedule (`tests.sim.events.draw_schedule`) crashes
+   processes at any await, restarts them as new boots, adds and removes nodes, fails single
+   store requests, cuts processes off the store and slows their store down. Every run has at
+   least one crash, join, graceful leave and injected store fault; one the cluster cannot take
+   yet (a leave with two nodes left) waits, and the phase with it. A process whose lease was
+   fenced (or that exited on a store error) is restarted by a supervisor 0.5-2 s later.
 3. Quiet: no more faults; the run ends as soon as the head equals rendezvous over the live
    assignable processes and every live process runs it, or fails after `quiet_max_s`.
 
@@ -52,7 +54,8 @@ class SimConfig:
 
     bootstrap_max_s: float = 15.0
     fault_phase_s: float = 2.0
-    event_every_s: float = 0.8  # mean time between scenario events
+    event_every_s: float = 2.0  # mean time between extra scenario events (beyond REQUIRED)
+    required_wait_max_s: float = 6.0  # how long a required event may wait past the phase
     quiet_min_s: float = 0.5
     quiet_max_s: float = 30.0
     converge_poll_s: float = 0.5
@@ -118,6 +121,8 @@ class Simulation:
         self.stores: list[FaultyStore] = []  # every boot's, for the fault figures
         self.gone: set[int] = set()  # crashed for good, or left
         self.rates = events.draw_rates(self)
+        self.schedule = events.draw_schedule(seed, config)
+        self.happened: set[str] = set()  # kinds of scenario events that took place
         self._timed: list[tuple[float, int, str, Callable[[], Awaitable[None]]]] = []
         self._order = itertools.count()
         self._group: asyncio.TaskGroup | None = None
@@ -128,7 +133,9 @@ class Simulation:
     async def run(self) -> SimResult:
         async with asyncio.TaskGroup() as group:
             self._group = group
-            first = self.rng.randint(NODES_MIN, NODES_MAX)
+            # At most NODES_MAX - 1 at first, so the required join always fits.
+            first = self.rng.randint(NODES_MIN, NODES_MAX - 1)
+            self.figures["members_first"] = self.figures["members_max"] = first
             self.note(f"seed {self.seed}: {first} nodes, {self.vnode_count} vnodes")
             for node_id in range(1, first + 1):
                 self.start(node_id)
@@ -166,19 +173,47 @@ class Simulation:
         return fence is not None and fence == snapshot_fence(committed[head])
 
     async def _faults(self) -> None:
-        """The fault phase: store faults at this run's rates, and scenario events."""
+        """The fault phase: store faults at this run's rates, and the scheduled events. It
+        lasts `fault_phase_s`, longer while a required event waits for the cluster to allow it
+        (at most `required_wait_max_s` more; a required event still missing then fails)."""
         config = self.config
         self.faults_on = config.faults
         for process in self.processes.values():
             process.store.config = self.rates
-        fault_end = self.clock.monotonic() + config.fault_phase_s
-        next_event = events.next_event_at(self)
-        while self.clock.monotonic() < fault_end:
-            await self._step(until=min(next_event, fault_end))
-            if self.clock.monotonic() >= next_event:
-                if config.faults:
-                    await events.random_event(self)
-                next_event = events.next_event_at(self)
+        start = self.clock.monotonic()
+        fault_end = start + config.fault_phase_s
+        give_up = fault_end + config.required_wait_max_s
+        due = [(start + p.at_s, p.kind, p.required) for p in self.schedule]
+        while True:
+            # A required event is satisfied by any event of its kind (an extra one, say).
+            due = [entry for entry in due if not (entry[2] and self._satisfied(entry[1]))]
+            if self.clock.monotonic() >= fault_end and not any(entry[2] for entry in due):
+                break
+            if self.clock.monotonic() >= give_up:
+                missing = sorted(kind for _, kind, required in due if required)
+                self.checkers.fail(0, f"required scenario events never happened: {missing}")
+                return
+            upcoming = min((at for at, _, _ in due), default=fault_end)
+            await self._step(until=min(max(upcoming, self.clock.monotonic()), give_up))
+            now = self.clock.monotonic()
+            later = []
+            for at, kind, required in due:
+                if at > now:
+                    later.append((at, kind, required))
+                elif await events.scheduled_event(self, kind):
+                    self.happened.add(kind)
+                    if required and not self._satisfied(kind):  # a fault not injected yet
+                        later.append((now + events.FAULT_CHECK_S, kind, required))
+                elif required:
+                    later.append((now + events.RETRY_S, kind, required))
+            due = later
+
+    def _satisfied(self, kind: str) -> bool:
+        """Did an event of `kind` take place? A store fault counts once one was injected (the
+        process whose next request was to fail may have crashed before making it)."""
+        if kind == "fault":
+            return any(sum(store.stats.injected.values()) for store in self.stores)
+        return kind in self.happened
 
     def result(self) -> SimResult:
         self._finish_figures()

@@ -2,14 +2,14 @@
 joins, leaves, crashes at any await, restarts, cut-offs and store faults, checked after every
 step (checkers 1-5, `tests.sim.checkers`).
 
-* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 200: what fits `make test`'s budget on two
-  cores, about 0.4 s of CPU a run) seeds, one test each. The runs are computed ahead on every
-  core (`tests.sim.parallel`); each test asserts its own seed's result. 2,000 and more:
+* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 400: what fits `make test`'s 15-minute budget
+  on two cores next to the process tests, about 0.3-0.4 s of CPU a run) seeds, one test each. The runs are
+  computed ahead on every core (`tests.sim.parallel`); each test asserts its own seed's result:
+  no checker failure, and the run did contain a crash, a join, a graceful leave and injected
+  store faults, with 3-5 members at first and at most 6. 2,000 and more:
   `LAMINAR_SIM_FAST_SEEDS=2000 pytest tests/sim` or `python -m tests.sim.run --seeds 0..1999`.
-* `test_seed_502_restarted_owner_is_added_back`: a seed found by the wider sweep whose run
-  ended with a restarted owner never added back (liveness, checker 5): the leader's watcher,
-  racing the leader's own recovery adoption, left the leader recovering, so every graceful
-  rotation deferred. Kept beyond the fast range as the simulation's regression for that fix.
+* `test_every_schedule_has_every_required_event`: the scenario schedules of those seeds (and
+  of every 10th soak seed) each plan every required event inside the fault phase.
 * `test_same_seed_same_trace`: one seed twice in this process, and once in a fresh process with
   another hash seed, gives the same event trace and the same digest of every store write.
 * `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
@@ -31,10 +31,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.sim import events
+from tests.sim.events import NODES_MAX, NODES_MIN
 from tests.sim.parallel import SeedOutcome, outcomes, summarize
 from tests.sim.simulation import SimConfig, Simulation, run_seed, run_simulation
 
-FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "200"))
+FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "400"))
+SOAK_SEEDS = 100_000
 REPLAY_SEED = 11
 BOOT_WINDOW_SEED = 3
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +76,24 @@ def test_seed(seed: int, ahead: _Ahead) -> None:
     result = ahead.get(seed)
     if result.violations:
         raise AssertionError(result.message)  # starts with "seed=<n>" and the replay command
+    figures = result.figures
+    replay = f"seed={seed}: replay with `python -m tests.sim.run --seed {seed}`"
+    for what in ("crashes", "joins", "leaves", "faults"):
+        assert figures.get(what, 0) >= 1, f"{replay}: the run had no {what}: {figures}"
+    assert NODES_MIN <= figures["members_first"] < NODES_MAX, f"{replay}: {figures}"
+    assert figures["members_max"] <= NODES_MAX, f"{replay}: {figures}"
+
+
+def test_every_schedule_has_every_required_event() -> None:
+    config = SimConfig()
+    seeds = [*range(FAST_SEEDS), *range(FAST_SEEDS, SOAK_SEEDS, 10)]  # every 10th soak seed
+    for seed in seeds:
+        schedule = events.draw_schedule(seed, config)
+        required = sorted(p.kind for p in schedule if p.required)
+        assert required == sorted(events.REQUIRED), f"seed={seed}: {schedule}"
+        assert all(0 <= p.at_s < config.fault_phase_s for p in schedule), f"seed={seed}"
+        assert schedule == sorted(schedule), f"seed={seed}: not in time order"
+    assert events.draw_schedule(7, SimConfig(faults=False)) == []
 
 
 def test_same_seed_same_trace() -> None:
@@ -99,7 +120,7 @@ def test_same_seed_same_trace() -> None:
 @pytest.mark.timeout(0)
 def test_soak() -> None:
     start = int(os.environ.get("LAMINAR_SIM_START", "0"))
-    count = int(os.environ.get("LAMINAR_SIM_SEEDS", "100000"))
+    count = int(os.environ.get("LAMINAR_SIM_SEEDS", str(SOAK_SEEDS)))
     failures: list[str] = []
     results: list[SeedOutcome] = []
     for result in outcomes(range(start, start + count)):
@@ -137,11 +158,5 @@ class _OwnerLostBeforeFirstCheckpoint(Simulation):
 def test_owner_lost_before_first_checkpoint_converges() -> None:
     simulation = _OwnerLostBeforeFirstCheckpoint(BOOT_WINDOW_SEED, SimConfig(faults=False))
     result = run_simulation(simulation)
-    if result.violations:
-        raise AssertionError(result.failure_message())
-
-
-def test_seed_502_restarted_owner_is_added_back() -> None:
-    result = run_seed(502)
     if result.violations:
         raise AssertionError(result.failure_message())

@@ -24,6 +24,7 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.checkpoint.validate import ShapeViolation, fence_is_canonical
 from laminar_cluster.codec import digest32, digest32_bytes
+from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.lease.records import AssignmentDrainTransition
 
 PARTITIONING_ABI_VERSION: Final = 1
@@ -33,6 +34,7 @@ TRANSITION_DOMAIN: Final = b"laminardb-assignment-drain-transition-v1\0"
 SHA256_BYTES: Final = 32
 
 
+@pure_memo(512)  # pure, and the same few maps recur at every poll (a list bypasses it)
 def owner_map_digest(vnode_count: int, owners: Sequence[int]) -> bytes:
     """SHA256(domain ‖ abi:u16 ‖ vnode_count:u32 ‖ len:u64 ‖ owner:u64 …) (§2.2)."""
     hasher = hashlib.sha256(OWNER_MAP_DOMAIN)
@@ -42,6 +44,7 @@ def owner_map_digest(vnode_count: int, owners: Sequence[int]) -> bytes:
     return hasher.digest()
 
 
+@pure_memo(512)
 def fence_digest(fence: CheckpointAssignmentFence) -> bytes:
     """SHA256(domain ‖ version:u64 ‖ abi:u16 ‖ vnode_count:u32 ‖ digest(32) ‖ len:u64 ‖
     (node:u64 ‖ boot(16))…) (§2.2)."""
@@ -105,6 +108,7 @@ def required_participants(transition: AssignmentDrainTransition) -> tuple[FenceP
     return transition.predecessor.participants
 
 
+@pure_memo(512)
 def fence_from_owner_map(
     version: int, owners: Sequence[int], participants: Sequence[FenceParticipant]
 ) -> CheckpointAssignmentFence:

@@ -24,6 +24,7 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.codec import digest32, digest32_bytes
+from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.lease.validate_decisions import drain_transition_problem
 
@@ -42,6 +43,7 @@ def snapshot_fence(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
     return fence_from_owner_map(snapshot.assignment_version, snapshot.owners, snapshot.participants)
 
 
+@pure_memo(512)  # the same heads are validated at every poll
 def validate_snapshot(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
     """§2.3 `validate` (rules 1-9); returns the snapshot's fence."""
     fence = snapshot_fence(snapshot)

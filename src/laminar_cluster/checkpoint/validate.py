@@ -44,6 +44,10 @@ from laminar_cluster.codec import is_sha256_hex
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 _NIL: Final = "00000000-0000-0000-0000-000000000000"
+# Strings already proven canonical UUIDs (the same boot ids and nonces are checked on every
+# read): a bounded set, emptied when full.
+_CANONICAL_UUIDS: set[str] = set()
+_CANONICAL_UUIDS_MAX: Final = 4096
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -71,12 +75,18 @@ def writing(what: str) -> Iterator[None]:
 
 def canonical_uuid(value: str, what: str) -> str:
     """`value` if it is a canonical (lowercase, hyphenated) non-nil UUID."""
+    if type(value) is str and value in _CANONICAL_UUIDS:
+        return value
     try:
         parsed = uuid.UUID(value)
     except (ValueError, AttributeError, TypeError):
         raise ShapeViolation(f"{what} {value!r} is not a UUID") from None
     if str(parsed) != value or value == _NIL:
         raise ShapeViolation(f"{what} {value!r} must be a canonical non-nil UUID")
+    if type(value) is str:
+        if len(_CANONICAL_UUIDS) >= _CANONICAL_UUIDS_MAX:
+            _CANONICAL_UUIDS.clear()
+        _CANONICAL_UUIDS.add(value)
     return value
 
 

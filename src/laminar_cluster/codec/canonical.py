@@ -35,12 +35,18 @@ happily; it is refused there, as an `InvalidArgument`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import msgspec
 
-from laminar_cluster.codec.types import I64_MIN, U64_MAX, check_record_type
+from laminar_cluster.codec.types import (
+    I64_MIN,
+    U64_MAX,
+    check_record_type,
+    is_deeply_immutable,
+)
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 T = TypeVar("T")
@@ -51,6 +57,14 @@ _ENVELOPE_ENCODER: Final = msgspec.msgpack.Encoder()
 
 # One strict decoder per record type (a bounded set: record types are module-level classes).
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+# Reading the same bytes as the same type gives the same value, and control records are read
+# over and over (every poll re-reads heads, leases and the authority chain). For a type whose
+# values are immutable all the way down, the value parsed from a body of at most
+# _MEMO_BODY_BYTES_MAX bytes is kept for the next reader of identical bytes, in an LRU of
+# _MEMO_ENTRIES_MAX entries (at most 16 MiB of bodies). A rejected body is never kept: it is
+# parsed, and rejected, again.
+_MEMO_BODY_BYTES_MAX: Final = 16 * 1024
+_MEMO_ENTRIES_MAX: Final = 1024
 
 
 class _Rejected(Exception):
@@ -134,9 +148,18 @@ def _decode(data: bytes, type_: type[T], *, key: str, max_bytes: int, sorted_key
     if not data:
         raise CorruptRecord(f"{key}: record is empty", key=key)
     try:
+        if len(data) <= _MEMO_BODY_BYTES_MAX and is_deeply_immutable(type_):
+            value: T = _parse_memo(data, type_, sorted_keys)  # type: ignore[arg-type]
+            return value
         return _parse(data, type_, sorted_keys=sorted_keys)
     except _Rejected as error:
         raise CorruptRecord(f"{key}: {error}", key=key) from None
+
+
+@functools.lru_cache(maxsize=_MEMO_ENTRIES_MAX)
+def _parse_memo(data: bytes, type_: type[Any], sorted_keys: bool) -> Any:
+    """`_parse` for immutable record types, memoized (see _MEMO_BODY_BYTES_MAX)."""
+    return _parse(data, type_, sorted_keys=sorted_keys)
 
 
 def _parse(data: bytes, type_: type[T], *, sorted_keys: bool) -> T:

@@ -230,3 +230,37 @@ def _struct_problem(t: mi.StructType, path: str, seen: set[type]) -> str | None:
     if not config.forbid_unknown_fields:
         return f"{path} ({t.cls.__name__}) does not set forbid_unknown_fields"
     return _first_problem([(f.type, f"{path}.{f.encode_name}") for f in t.fields], seen)
+
+
+_IMMUTABLE: dict[type, bool] = {}
+
+
+def is_deeply_immutable(type_: type) -> bool:
+    """Whether every value of the record type `type_` is immutable all the way down: frozen
+    structs, tuples, str, int, bool, None, UUID, Enum and Literal only (no list, no dict).
+    The codec may then hand the same decoded value to every reader of the same bytes."""
+    known = _IMMUTABLE.get(type_)
+    if known is None:
+        known = _immutable(mi.type_info(type_), set())
+        _IMMUTABLE[type_] = known
+    return known
+
+
+def _immutable(t: mi.Type, seen: set[type]) -> bool:
+    if isinstance(t, (*_PLAIN_LEAVES, mi.LiteralType, mi.IntType)):
+        return True
+    if isinstance(t, mi.Metadata):
+        return _immutable(t.type, seen)
+    if isinstance(t, mi.VarTupleType):
+        return _immutable(t.item_type, seen)
+    if isinstance(t, (mi.TupleType, mi.UnionType)):
+        members = t.item_types if isinstance(t, mi.TupleType) else t.types
+        return all(_immutable(member, seen) for member in members)
+    if isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return True
+        seen.add(t.cls)
+        return bool(t.cls.__struct_config__.frozen) and all(
+            _immutable(f.type, seen) for f in t.fields
+        )
+    return False  # list, dict and anything else a reader could change in place

@@ -19,6 +19,7 @@ import unicodedata
 
 from laminar_cluster.checkpoint.validate import ShapeViolation, reading, writing
 from laminar_cluster.codec import decode, encode_checked, is_sha256_hex
+from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.limits import (
     AUTHORITY_HEAD_VERSION,
@@ -233,6 +234,7 @@ def encode_record(record: LeaderAuthorityRecord) -> bytes:
     return data
 
 
+@pure_memo(512)  # every poll re-reads the same records: each distinct body is checked once
 def decode_record(body: bytes, key: str, path_seq: int) -> LeaderAuthorityRecord:
     """The record stored at `key` (sequence `path_seq`), §4.1.1 steps 2-5: size bound before
     parsing, strict parse, §3.12, body seq == path seq (S1), canonical bytes. CorruptRecord
