@@ -7,6 +7,7 @@ live member that owns nothing until a rotation gives it vnodes. Watchers are tic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import msgspec
@@ -16,7 +17,7 @@ from laminar_cluster.assignment.digest import drain_id, owner_map_digest
 from laminar_cluster.assignment.model import next_for_participants
 from laminar_cluster.assignment.paths import finalization_path, snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
@@ -506,5 +507,54 @@ def test_run_ticks_immediately_skips_missed_ticks_and_yields_to_shutdown() -> No
             shutdown.set()
             await clock.step(0)
         assert len(watcher.started_at) == 2
+
+    run(body)
+
+
+class _GatedHeadLoads(AssignmentSnapshotStore):
+    """Head loads wait for `release` once `armed`: a watcher tick held in flight."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        super().__init__(store)
+        self.armed = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def load(self) -> AssignmentSnapshot | None:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.release.wait()
+        return await super().load()
+
+
+def test_leader_tick_in_flight_across_its_own_recovery_releases() -> None:
+    """Seed 502: the leader's watcher tick read local v1, then the leader's own recovery
+    materialized and adopted v2 (restored cold, released); the tick, which then loaded v2, must
+    not fault the leader again. Before the fix it left the leader recovering for good, so
+    every later graceful rotation deferred and a restarted owner was never added back."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        await cluster.checkpoint()
+        await cluster.leave(2)
+        leader = cluster.proc(1)
+        gated = _GatedHeadLoads(store)
+        watcher = SnapshotWatcher(dataclasses.replace(leader.ctx, snapshots=gated))
+        gated.armed = True
+        async with asyncio.TaskGroup() as group:
+            tick = group.create_task(watcher.tick())
+            await gated.entered.wait()
+            assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 2
+            assert not leader.controller.is_recovering()
+            faults = leader.engine.call_count("fault_for_recovery_assignment")
+            gated.release.set()
+            await tick
+        v2 = await cluster.cluster.snapshots.load()
+        assert v2 is not None and leader.engine.registry().version == 2
+        assert not leader.controller.is_recovering()
+        assert leader.engine.call_count("fault_for_recovery_assignment") == faults
+        assert leader.engine.call_count("adopt_recovery_assignment") == 1
+        assert watcher.durable_snapshot == v2
 
     run(body)

@@ -6,8 +6,8 @@ step (checkers 1-5, `tests.sim.checkers`).
   cores, about 0.4 s of CPU a run) seeds, one test each. The runs are computed ahead on every
   core (`tests.sim.parallel`); each test asserts its own seed's result. 2,000 and more:
   `LAMINAR_SIM_FAST_SEEDS=2000 pytest tests/sim` or `python -m tests.sim.run --seeds 0..1999`.
-* `test_known_liveness_failure_seed_502` (xfail, strict): a seed found by the wider sweep whose
-  run ends with a joiner never added (liveness, checker 5); flips once fixed.
+* `test_seed_502_restarted_owner_added_back`: a seed found by the wider sweep whose run ended
+  with a restarted owner never added back (liveness, checker 5); kept as a regression.
 * `test_same_seed_same_trace`: one seed twice in this process, and once in a fresh process with
   another hash seed, gives the same event trace and the same digest of every store write.
 * `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
@@ -139,13 +139,9 @@ def test_owner_lost_before_first_checkpoint_converges() -> None:
         raise AssertionError(result.failure_message())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="liveness gap found by the seed sweep: after a recovery removes a crashed owner, its "
-    "restarted boot is never added back (the owner-complete fence stays unavailable, so every "
-    "graceful rotation defers); no safety checker fails",
-)
-def test_known_liveness_failure_seed_502() -> None:
+def test_seed_502_restarted_owner_added_back() -> None:
+    """Seed 502, found by the wider sweep: the leader's watcher tick, in flight across the
+    leader's own recovery, left it recovering, so the restarted owner was never added back."""
     result = run_seed(502)
     if result.violations:
         raise AssertionError(result.failure_message())

@@ -218,6 +218,12 @@ class SnapshotWatcher(WatcherState):
         """Branch B; the revision publication continues with, or None to end the tick."""
         ctx = self.ctx
         engine = ctx.engine
+        if head.assignment_version <= engine.registry().version:
+            # Adopted since this tick read the local version (the leader's own recovery
+            # materialization, say): branch C. Preparing it now would fault a process that
+            # already restored, and nothing would release it (seed 502).
+            self.cache(head)
+            return revision
         scope: RecoveryScope | None = None
         if outcome.is_recovery:
             try:
@@ -234,6 +240,10 @@ class SnapshotWatcher(WatcherState):
                 revision = prepared
         if head.assignment_version <= engine.registry().version:
             self.cache(head)
+            if scope is RecoveryScope.PARTICIPANT:
+                # Another path adopted (restored cold) this generation while the preparation
+                # above ran, and released before it: release the fault the preparation raised.
+                release_after_recovery_adoption(ctx, scope)
             return revision
         try:
             adoption = await self._adopt(head, outcome, scope, head_deadline)
