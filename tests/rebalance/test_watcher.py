@@ -23,7 +23,7 @@ from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ShuffleFenceState
-from laminar_cluster.rebalance.interfaces import ShuffleNotReady, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, ShuffleNotReady, SourceDrainOutcome
 from laminar_cluster.rebalance.planner import try_rebalance
 from laminar_cluster.rebalance.slots import write_process_slot
 from laminar_cluster.rebalance.watcher import SnapshotWatcher
@@ -556,5 +556,28 @@ def test_leader_tick_in_flight_across_its_own_recovery_releases() -> None:
         assert leader.engine.call_count("fault_for_recovery_assignment") == faults
         assert leader.engine.call_count("adopt_recovery_assignment") == 1
         assert watcher.durable_snapshot == v2
+
+    run(body)
+
+
+def test_recovery_head_participant_restores_the_initial_state() -> None:
+    """LA-20, follower side: a participant of a recovery generation decided before any cluster
+    checkpoint committed restores the initial state (its vnodes start empty)."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        joiner = cluster.proc(3)
+        await cluster.leave(2)
+        leader = cluster.proc(1)
+        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 2
+        v2 = await cluster.cluster.snapshots.load()
+        assert v2 is not None and 3 in v2.owners
+        await cluster.tick(3)
+        assert joiner.engine.registry().version == 2
+        assert joiner.engine.call_count("adopt_recovery_assignment") == 1
+        assert joiner.engine.recovery_checkpoint() is INITIAL_STATE
+        assert not joiner.controller.is_recovering()
+        await cluster.tick(1, 3)
+        assert joiner.engine.installed_fence() == fence_of(v2)
 
     run(body)

@@ -284,10 +284,8 @@ class SnapshotWatcher(WatcherState):
         engine = self.ctx.engine
         if outcome.recovery is None:
             return await engine.adopt_assignment(head, deadline=head_deadline)
-        checkpoint = outcome.recovery.checkpoint if scope is RecoveryScope.PARTICIPANT else None
-        return await engine.adopt_recovery_assignment(
-            head, checkpoint, deadline=self.ctx.head_deadline()
-        )
+        cut = outcome.recovery.restore_cut if scope is RecoveryScope.PARTICIPANT else None
+        return await engine.adopt_recovery_assignment(head, cut, deadline=self.ctx.head_deadline())
 
     async def _prepare_participant_recovery(
         self,
