@@ -26,7 +26,7 @@ from laminar_cluster.checkpoint.records import (
     RecoveryCapsuleRef,
 )
 from laminar_cluster.codec import encode, sha256_digest32, sha256_hex
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
+from laminar_cluster.errors import Contended, CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.lease.assignment_decisions import (
     DecisionCreated,
     assignment_drain_decision,
@@ -48,6 +48,7 @@ from laminar_cluster.lease.handoff_pins import (
     HandoffPin,
     assignment_handoff_checkpoint,
     assignment_handoff_pin,
+    assignment_handoff_pin_on,
     rollback_fence,
 )
 from laminar_cluster.lease.paths import record_path
@@ -176,7 +177,7 @@ async def recover(
     proof: LeaderProof,
     predecessor: CheckpointAssignmentFence,
     target: CheckpointAssignmentFence,
-    checkpoint: RecoveryCapsuleRef,
+    checkpoint: RecoveryCapsuleRef | None,
 ) -> AssignmentRecoveryDecision:
     """Record (Created) a recovery predecessor -> target that replaces node 2's boot."""
     old_boot = predecessor.participants[1].boot_incarnation
@@ -418,6 +419,52 @@ def test_recovery_pin_and_propagation(make_store: Callable[[], ObjectStore]) -> 
         created(await abort(leader, proof, 2, t2))  # Aborts are never refused by the pin
         created(await commit(leader, proof, 3, t3))
         assert await pin_of(leader) is None
+
+    asyncio.run(main())
+
+
+@LOCAL
+def test_la20_initial_state_recovery_pins_its_target(make_store: Callable[[], ObjectStore]) -> None:
+    """LA-20: before any cluster checkpoint committed, a recovery names the initial state; its
+    pin (target, None) refuses every Commit outside the target until one under it consumes it."""
+
+    async def main() -> None:
+        leader = open_leader(make_store(), 1)
+        proof = await elect(leader)
+        f1, t2 = fence(1), fence(2, node2_boot=102)
+        created(await abort(leader, proof, 1, f1))  # an Abort commits nothing
+        decision = await recover(leader, proof, f1, t2, None)
+        assert decision.recovery_checkpoint is None
+        assert await pin_of(leader) == HandoffPin(target=t2, checkpoint=None)
+        assert await assignment_handoff_pin_on(leader, t2) == HandoffPin(target=t2, checkpoint=None)
+        assert await assignment_handoff_pin_on(leader, f1) is None
+        with pytest.raises(Refused, match=PIN):
+            await commit(leader, proof, 2, f1)  # the predecessor can never commit now
+        created(await abort(leader, proof, 2, f1))
+        assert await highest_cluster_committed_outcome(leader) is None
+        created(await commit(leader, proof, 3, t2))  # the target's first Commit consumes it
+        assert await pin_of(leader) is None
+
+    asyncio.run(main())
+
+
+@LOCAL
+def test_la20_initial_state_refused_once_a_checkpoint_committed(
+    make_store: Callable[[], ObjectStore],
+) -> None:
+    """LA-20: the authority admits a recovery to the initial state only while its head has no
+    Commit; a Commit that landed after the leader chose (a race) makes the record Contended."""
+
+    async def main() -> None:
+        leader = open_leader(make_store(), 1)
+        proof = await elect(leader)
+        f1, t2 = fence(1), fence(2, node2_boot=102)
+        created(await commit(leader, proof, 1, f1))
+        seq = (await head(leader)).lease.seq
+        with pytest.raises(Contended, match="recovery to the initial state is refused"):
+            await recover(leader, proof, f1, t2, None)
+        assert (await head(leader)).lease.seq == seq  # nothing was written
+        assert await assignment_recovery_decision(leader, 2) is None
 
     asyncio.run(main())
 

@@ -26,13 +26,18 @@ from laminar_cluster.lease.assignment_decisions import (
 from laminar_cluster.lease.cluster_outcome_reads import (
     cluster_outcome,
     cluster_outcome_with_recovery_capsule,
+    highest_cluster_committed_outcome,
 )
 from laminar_cluster.lease.handoff_pins import rollback_fence
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.lease.recovery_faults import recovery_fault_inventory
 from laminar_cluster.rebalance.audits import PinState, audit_snapshot_authority_outcome
-from laminar_cluster.rebalance.handoff_checkpoint import EMPTY_PIPELINE, capsule_participants
-from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError
+from laminar_cluster.rebalance.handoff_checkpoint import (
+    EMPTY_PIPELINE,
+    LeaderCheckpointer,
+    capsule_participants,
+)
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, EngineState, RebalanceError
 from laminar_cluster.rebalance.planner import predecessor_cut_unavailability, try_rebalance
 from laminar_cluster.rebalance.recovery import (
     abort_predecessor_checkpoint_for_recovery,
@@ -400,19 +405,47 @@ def test_recovery_audit_rejects_a_bare_successor() -> None:
     run(body)
 
 
-def test_recovery_requires_a_committed_portable_checkpoint() -> None:
+def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> None:
+    """LA-20: no cluster checkpoint ever committed, so the recovery decision names the initial
+    state (nothing committed exists to restore or to lose): the leader restores empty, the
+    predecessor can never commit afterwards, and the target's first Commit consumes the pin."""
+
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
+        v1 = await rc.head()
         await rc.leave(2)
         leader = rc.proc(1)
-        try:
-            await try_rebalance(leader.ctx, [1, 2])
-        except RebalanceError as error:
-            assert "requires a committed cluster checkpoint" in str(error)
-        else:
-            raise AssertionError("recovery without a committed checkpoint")
-        assert (await rc.head()).assignment_version == 1
-        assert await assignment_recovery_decision(leader.node.authority, 2) is None
+        authority = leader.node.authority
+        assert await highest_cluster_committed_outcome(authority) is None
+
+        assert await try_rebalance(leader.ctx, [1, 2]) == 2
+
+        decision = await assignment_recovery_decision(authority, 2)
+        assert decision is not None and decision.recovery_checkpoint is None
+        v2 = await rc.head()
+        assert v2.owners == (1, 1) and decision.target == snapshot_fence(v2)
+        assert leader.engine.registry().version == 2
+        assert leader.engine.recovery_checkpoint() is INITIAL_STATE
+        assert not leader.controller.is_recovering()
+        audited = await audit_snapshot_authority_outcome(leader.ctx, v2, deadline=rc.deadline())
+        assert audited.recovery is not None and audited.recovery.state is PinState.ACTIVE
+        assert audited.recovery.checkpoint is None
+        assert audited.recovery.restore_cut is INITIAL_STATE
+        # The pin on v2 (initial state) refuses a Commit under the predecessor v1.
+        stale = LeaderCheckpointer(  # a v1 checkpoint that was still running
+            authority.require_decisions(),
+            authority,
+            leader.controller.capture_leader_proof,
+            owners_of=lambda fence: v1.owners,
+        )
+        late = await stale(snapshot_fence(v1), None, deadline=rc.deadline())
+        assert not late.success and "assignment handoff pin" in (late.error or "")
+        assert await highest_cluster_committed_outcome(authority) is None
+        # A checkpoint under v2 commits and consumes the pin.
+        cut = await rc.checkpoint(1)
+        audited = await audit_snapshot_authority_outcome(leader.ctx, v2, deadline=rc.deadline())
+        assert audited.recovery is not None and audited.recovery.state is PinState.CONSUMED
+        assert audited.recovery.checkpoint == cut
 
     run(body)
 

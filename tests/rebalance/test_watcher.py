@@ -24,7 +24,7 @@ from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ShuffleFenceState
-from laminar_cluster.rebalance.interfaces import ShuffleNotReady, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, ShuffleNotReady, SourceDrainOutcome
 from laminar_cluster.rebalance.planner import try_rebalance
 from laminar_cluster.rebalance.slots import write_process_slot
 from laminar_cluster.rebalance.watcher import SnapshotWatcher
@@ -559,5 +559,77 @@ def test_run_ticks_immediately_skips_missed_ticks_and_yields_to_shutdown() -> No
             shutdown.set()
             await clock.step(0)
         assert len(watcher.started_at) == 2
+
+    run(body)
+
+
+class _GatedHeadLoads(AssignmentSnapshotStore):
+    """Head loads wait for `release` once `armed`: a watcher tick held in flight."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        super().__init__(store)
+        self.armed = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def load(self) -> AssignmentSnapshot | None:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.release.wait()
+        return await super().load()
+
+
+def test_leader_tick_in_flight_across_its_own_recovery_releases() -> None:
+    """Seed 502: the leader's watcher tick read local v1, then the leader's own recovery
+    materialized and adopted v2 (restored cold, released); the tick, which then loaded v2, must
+    not fault the leader again. Before the fix it left the leader recovering for good, so
+    every later graceful rotation deferred and a restarted owner was never added back."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        await cluster.checkpoint()
+        await cluster.leave(2)
+        leader = cluster.proc(1)
+        gated = _GatedHeadLoads(store)
+        watcher = SnapshotWatcher(dataclasses.replace(leader.ctx, snapshots=gated))
+        gated.armed = True
+        async with asyncio.TaskGroup() as group:
+            tick = group.create_task(watcher.tick())
+            await gated.entered.wait()
+            assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 2
+            assert not leader.controller.is_recovering()
+            faults = leader.engine.call_count("fault_for_recovery_assignment")
+            gated.release.set()
+            await tick
+        v2 = await cluster.cluster.snapshots.load()
+        assert v2 is not None and leader.engine.registry().version == 2
+        assert not leader.controller.is_recovering()
+        assert leader.engine.call_count("fault_for_recovery_assignment") == faults
+        assert leader.engine.call_count("adopt_recovery_assignment") == 1
+        assert watcher.durable_snapshot == v2
+
+    run(body)
+
+
+def test_recovery_head_participant_restores_the_initial_state() -> None:
+    """LA-20, follower side: a participant of a recovery generation decided before any cluster
+    checkpoint committed restores the initial state (its vnodes start empty)."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        joiner = cluster.proc(3)
+        await cluster.leave(2)
+        leader = cluster.proc(1)
+        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 2
+        v2 = await cluster.cluster.snapshots.load()
+        assert v2 is not None and 3 in v2.owners
+        await cluster.tick(3)
+        assert joiner.engine.registry().version == 2
+        assert joiner.engine.call_count("adopt_recovery_assignment") == 1
+        assert joiner.engine.recovery_checkpoint() is INITIAL_STATE
+        assert not joiner.controller.is_recovering()
+        await cluster.tick(1, 3)
+        assert joiner.engine.installed_fence() == fence_of(v2)
 
     run(body)

@@ -27,13 +27,14 @@ from laminar_cluster.clock import RealClock
 from laminar_cluster.coordinator.host import CheckpointHost, Cut, VnodeCut
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import DeadlineExceeded, Refused
-from laminar_cluster.rebalance.interfaces import RebalanceEngine, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, RebalanceEngine, SourceDrainOutcome
 from laminar_cluster.runtime.engine import EngineConfig, StreamEngine
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.runtime.restoring import (
     HandoffRestore,
+    InitialRestore,
     RecoveryRestore,
     RestoredCuts,
     RestoreSource,
@@ -438,6 +439,24 @@ def test_recovery_generation_restores_every_owned_vnode_cold() -> None:
         await rig.engine.adopt_recovery_assignment(recovered, REF, deadline=rig.deadline())
         await rig.until(lambda: len(rig.restorer.calls) == 2, "the recovery restore")
         assert rig.restorer.calls[-1] == (RecoveryRestore(REF), (0, 1, 2))
+
+    run(body)
+
+
+def test_recovery_generation_on_the_initial_state_restores_empty() -> None:
+    """LA-20: a recovery decided before any cluster checkpoint committed: every owned vnode
+    restores through InitialRestore (empty, offset 0), never from a later handoff read."""
+
+    async def body(rig: Rig) -> None:
+        await rig.engine.fault_for_recovery_assignment()
+        recovered = snapshot(2, [1, 1, 1, 2])
+        await rig.engine.adopt_recovery_assignment(
+            recovered, INITIAL_STATE, deadline=rig.deadline()
+        )
+        await rig.until(
+            lambda: (InitialRestore(), (0, 1, 2)) in rig.restorer.calls, "the recovery restore"
+        )
+        assert all(not isinstance(source, RecoveryRestore) for source, _ in rig.restorer.calls)
 
     run(body)
 

@@ -5,8 +5,8 @@
 `FaultyStore`, and drives them with one `SimClock`, in three phases:
 
 1. Bootstrap, calm: until v1 is committed, adopted by every process and covered by a committed
-   cluster checkpoint under its fence (so the recovery path has a cut; the window before that
-   is a known liveness gap, see `test_owner_lost_before_first_checkpoint_converges`).
+   cluster checkpoint under its fence (the window before that, where recovery restores the
+   initial state, is `test_owner_lost_before_first_checkpoint_converges`).
 2. Faults (`fault_phase_s`): every store request may fail before or after it applied, at this
    run's seeded rates, and the seed's schedule (`tests.sim.events.draw_schedule`) crashes
    processes at any await, restarts them as new boots, adds and removes nodes, fails single

@@ -3,10 +3,10 @@ joins, leaves, crashes at any await, restarts, cut-offs and store faults, checke
 step (checkers 1-5, `tests.sim.checkers`).
 
 * `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 400: what fits `make test`'s 15-minute budget
-  on two cores next to the process tests, about 0.3-0.4 s of CPU a run) seeds, one test each. The runs are
-  computed ahead on every core (`tests.sim.parallel`); each test asserts its own seed's result:
-  no checker failure, and the run did contain a crash, a join, a graceful leave and injected
-  store faults, with 3-5 members at first and at most 6. 2,000 and more:
+  on two cores next to the process tests, about 0.3-0.4 s of CPU a run) seeds, one test each.
+  The runs are computed ahead on every core (`tests.sim.parallel`); each test asserts its own
+  seed's result: no checker failure, and the run did contain a crash, a join, a graceful leave
+  and injected store faults, with 3-5 members at first and at most 6. 2,000 and more:
   `LAMINAR_SIM_FAST_SEEDS=2000 pytest tests/sim` or `python -m tests.sim.run --seeds 0..1999`.
 * `test_every_schedule_has_every_required_event`: the scenario schedules of those seeds (and
   of every 10th soak seed) each plan every required event inside the fault phase.
@@ -14,9 +14,8 @@ step (checkers 1-5, `tests.sim.checkers`).
   another hash seed, gives the same event trace and the same digest of every store write.
 * `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
   `LAMINAR_SIM_START` (default 0). The same runs are `python -m tests.sim.run --seeds A..B`.
-* `test_owner_lost_before_first_checkpoint_converges` (xfail, strict): the bootstrap window
-  the random scenarios skip (their faults start once v1 is checkpointed), kept as a known
-  liveness gap that flips to a failure once it is fixed.
+* `test_owner_lost_before_first_checkpoint_converges`: the bootstrap window the random
+  scenarios skip (their faults start once v1 is checkpointed): recovery to the initial state.
 
 A failure message starts with `seed=<n>` and the command that replays that seed.
 """
@@ -149,13 +148,8 @@ class _OwnerLostBeforeFirstCheckpoint(Simulation):
         return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="liveness gap: recovery needs a committed cluster checkpoint under the predecessor "
-    "fence (or a handoff pin), and v1 has none until the leader's first periodic checkpoint; "
-    "an owner lost in that window wedges the cluster at v1 forever",
-)
 def test_owner_lost_before_first_checkpoint_converges() -> None:
+    """No cluster checkpoint has committed yet, so recovery restores the initial state."""
     simulation = _OwnerLostBeforeFirstCheckpoint(BOOT_WINDOW_SEED, SimConfig(faults=False))
     result = run_simulation(simulation)
     if result.violations:

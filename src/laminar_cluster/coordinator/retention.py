@@ -152,4 +152,6 @@ class AttemptRetention:
 
     async def _handoff_pin_checkpoint(self) -> int | None:
         pin = await assignment_handoff_pin(self.authority)
-        return None if pin is None else pin.checkpoint.checkpoint_id
+        if pin is None or pin.checkpoint is None:  # no pin, or the initial state: nothing held
+            return None
+        return pin.checkpoint.checkpoint_id

@@ -38,6 +38,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import (
+    Contended,
     CorruptRecord,
     DeadlineExceeded,
     Fenced,
@@ -67,6 +68,7 @@ from laminar_cluster.lease.records import (
     AssignmentSnapshotRef,
     AssignmentVerdict,
     AuthorityAssignmentDecision,
+    LeaderAuthorityRecord,
     ProcessLeaseFence,
 )
 from laminar_cluster.lease.validate import (
@@ -188,12 +190,14 @@ def new_recovery_decision(
     target: CheckpointAssignmentFence,
     proposal: AssignmentSnapshotRef,
     removed_process_fences: Sequence[ProcessLeaseFence],
-    recovery_checkpoint: RecoveryCapsuleRef,
+    recovery_checkpoint: RecoveryCapsuleRef | None,
     leader_proof: LeaderProof,
 ) -> AssignmentRecoveryDecision:
     """The public constructor of a recovery decision (§3.6, spec_rebalance §2.6): a canonical
     successor, its staged proposal, exactly one process fence per removed predecessor process
-    (in predecessor order) and a canonical recovery checkpoint. InvalidArgument otherwise."""
+    (in predecessor order) and a canonical recovery checkpoint, or None for the initial state
+    (LA-20: admitted only while no cluster checkpoint ever committed). InvalidArgument
+    otherwise."""
     decision = AssignmentRecoveryDecision(
         predecessor=predecessor,
         target=target,
@@ -272,6 +276,7 @@ async def _record(
             check_advances(audited, decision.target_version)
             if isinstance(decision, AssignmentRecoveryDecision):
                 assert snapshots is not None  # the recovery entry point always passes them
+                _check_initial_state(head.record, decision)
                 await _check_recovery_snapshots(snapshots, decision)
             outcome = await authority.append(head, decision_record(head.record, decision))
             if isinstance(outcome, AppendCreated):
@@ -311,6 +316,23 @@ def _settled(decision: D, kind: type[D], audited: list[AuditedDecision]) -> _Res
             f"{target}"
         )
     return None
+
+
+def _check_initial_state(head: LeaderAuthorityRecord, decision: AssignmentRecoveryDecision) -> None:
+    """LA-20: a recovery to the initial state (no recovery checkpoint) is admitted only by a
+    head under which no cluster checkpoint ever committed (no Commit chain, no compacted
+    Commit anchor). The append is conditioned on this very head, so no Commit can slip in
+    between; after admission the decision's pin refuses every Commit outside its target."""
+    if decision.recovery_checkpoint is not None:
+        return
+    floor = head.outcome_floor
+    if head.commit_head is not None or (floor is not None and floor.committed_anchor is not None):
+        committed = head.commit_head.epoch if head.commit_head is not None else "compacted"
+        raise Contended(
+            f"assignment recovery decision for target version {decision.target_version}: a "
+            f"cluster checkpoint has committed (epoch {committed}); recovery to the initial "
+            "state is refused, re-derive the recovery checkpoint"
+        )
 
 
 async def _check_recovery_snapshots(

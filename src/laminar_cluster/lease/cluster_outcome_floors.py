@@ -327,7 +327,7 @@ async def _prune_attempt(
     # spec_rebalance §2.9: the pinned checkpoint stays live (above the artifact floor). Derived
     # from the head the append is conditioned on; the outcomes are unchanged since `current`.
     pin = await handoff_pin_at(authority, rechecked, snapshot.outcomes)
-    if pin is not None and pin.checkpoint.epoch < before_epoch:
+    if pin is not None and pin.checkpoint is not None and pin.checkpoint.epoch < before_epoch:
         raise Refused(
             f"cannot advance cluster outcome floor to {before_epoch}: the assignment handoff pin "
             f"of assignment version {pin.target.assignment_version} holds checkpoint epoch "

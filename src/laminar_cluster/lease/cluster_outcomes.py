@@ -237,7 +237,7 @@ def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
     raise Refused(
         f"cluster Commit epoch {candidate.epoch} under assignment version {version} is not "
         f"fenced by the active assignment handoff pin target (version "
-        f"{pin.target.assignment_version}, checkpoint epoch {pin.checkpoint.epoch})"
+        f"{pin.target.assignment_version}, checkpoint epoch {pin.checkpoint_epoch})"
     )
 
 

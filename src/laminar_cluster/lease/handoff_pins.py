@@ -12,7 +12,8 @@ The rule:
   live decision chain, else the decision floor's anchor. Without one there is no pin.
 * The candidate pin P(D):
   * drain Commit: `(D.transition.target, D.handoff_checkpoint)`;
-  * recovery: `(D.target, D.recovery_checkpoint)`;
+  * recovery: `(D.target, D.recovery_checkpoint)`; a recovery to the initial state (LA-20)
+    pins `(D.target, None)`: no Commit exists yet, and any Commit under the target consumes it;
   * drain Abort: the target is the rollback fence R(D) (version D.target_version; vnode count,
     assignment digest and participants of D.transition.predecessor: the predecessor map
     re-labelled, as the Abort materialization publishes it); the checkpoint is the restore cut of
@@ -32,7 +33,8 @@ Consequences enforced elsewhere: `cluster_outcomes.record_cluster_outcome` refus
 whose fence is not the active pin's target (Aborts are never refused by the pin), and
 `cluster_outcome_floors.prune_cluster_outcomes_before` refuses an artifact floor above the
 active pin's checkpoint, so `cluster_outcome(pin.checkpoint.epoch)` and
-`cluster_outcome_with_recovery_capsule` keep answering for it.
+`cluster_outcome_with_recovery_capsule` keep answering for it (a pin on the initial state holds
+no checkpoint and so no floor).
 
 Reads: the decision chain is walked lazily, newest first: the newest decision, and for an
 Abort without a restore cut the chain of Aborts just below it (stopping at the first version
@@ -69,6 +71,7 @@ __all__ = [
     "HandoffPin",
     "assignment_handoff_checkpoint",
     "assignment_handoff_pin",
+    "assignment_handoff_pin_on",
     "handoff_pin_at",
     "rollback_fence",
 ]
@@ -78,10 +81,16 @@ READ_ATTEMPTS: Final = 3  # as the outcome reads: retry a record vanishing mid-w
 
 @dataclass(frozen=True, slots=True)
 class HandoffPin:
-    """The active assignment handoff pin: `target` must restore from `checkpoint`."""
+    """The active assignment handoff pin: `target` must restore from `checkpoint`; None is the
+    initial state of a recovery decided before any cluster checkpoint committed (LA-20)."""
 
     target: CheckpointAssignmentFence
-    checkpoint: RecoveryCapsuleRef
+    checkpoint: RecoveryCapsuleRef | None
+
+    @property
+    def checkpoint_epoch(self) -> int:
+        """The pinned cut's epoch; 0 for the initial state (every epoch is after it)."""
+        return 0 if self.checkpoint is None else self.checkpoint.epoch
 
 
 def rollback_fence(decision: AssignmentDrainDecision) -> CheckpointAssignmentFence:
@@ -117,9 +126,18 @@ async def assignment_handoff_checkpoint(
     authority: LeaderLeaseStore, fence: CheckpointAssignmentFence
 ) -> RecoveryCapsuleRef | None:
     """The active pin's checkpoint iff the pin's target is exactly `fence` (spec_rebalance
-    §2.9), else None."""
+    §2.9), else None. None also for a pin on the initial state: callers that must tell the two
+    apart use `assignment_handoff_pin_on`."""
+    pin = await assignment_handoff_pin_on(authority, fence)
+    return None if pin is None else pin.checkpoint
+
+
+async def assignment_handoff_pin_on(
+    authority: LeaderLeaseStore, fence: CheckpointAssignmentFence
+) -> HandoffPin | None:
+    """The active pin iff its target is exactly `fence`, else None."""
     pin = await assignment_handoff_pin(authority)
-    return pin.checkpoint if pin is not None and pin.target == fence else None
+    return pin if pin is not None and pin.target == fence else None
 
 
 async def handoff_pin_at(
@@ -223,6 +241,6 @@ def _consumed(pin: HandoffPin, outcomes: tuple[CheckpointOutcome, ...]) -> bool:
     return any(
         outcome.is_commit()
         and outcome.assignment_fence == pin.target
-        and outcome.epoch > pin.checkpoint.epoch
+        and outcome.epoch > pin.checkpoint_epoch
         for outcome in outcomes
     )

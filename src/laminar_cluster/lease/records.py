@@ -138,13 +138,15 @@ class AssignmentDrainDecision(Record, tag_field="kind", tag="drain"):
 class AssignmentRecoveryDecision(Record, tag_field="kind", tag="recovery"):
     """A failure-recovery successor (spec_rebalance §2.6). `recovery_checkpoint` is the
     committed cluster checkpoint the target restores from; the authority pins it to the target
-    fence (`handoff_pins`)."""
+    fence (`handoff_pins`). None is the initial state (our extension, LA-20): admitted only
+    while no cluster checkpoint has ever committed, so there is nothing committed to restore
+    and nothing committed can be lost; the target starts empty."""
 
     predecessor: CheckpointAssignmentFence
     target: CheckpointAssignmentFence
     proposal: AssignmentSnapshotRef
     removed_process_fences: tuple[ProcessLeaseFence, ...]
-    recovery_checkpoint: RecoveryCapsuleRef
+    recovery_checkpoint: RecoveryCapsuleRef | None
     leader_proof: LeaderProof
 
     @property

@@ -208,7 +208,7 @@ def validate_recovery_decision(decision: AssignmentRecoveryDecision) -> None:
             f"proposal version {decision.proposal.version} is not target version "
             f"{target.assignment_version}"
         )
-    if problem is None:
+    if problem is None and decision.recovery_checkpoint is not None:  # None: initial state
         ref_problem = checkpoint_ref_problem(decision.recovery_checkpoint)
         if ref_problem is not None:
             problem = f"recovery checkpoint: {ref_problem}"

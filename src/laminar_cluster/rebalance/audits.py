@@ -25,7 +25,12 @@ from laminar_cluster.lease.assignment_decisions import assignment_drain_decision
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.lease.validate_chains import lease_matches_proof
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import (
+    RebalanceError,
+    RecoveryCut,
+    SourceDrainOutcome,
+    recovery_cut,
+)
 
 
 class PinState(enum.Enum):
@@ -48,10 +53,18 @@ class AuditedDrainOutcome:
 
 @dataclass(frozen=True, slots=True)
 class AuditedRecoveryCheckpoint:
+    """`checkpoint` and `origin` are None for a recovery to the initial state (LA-20), while
+    no cluster checkpoint has committed (Active or Propagated)."""
+
     state: PinState
-    checkpoint: RecoveryCapsuleRef  # Consumed: the newer committed head
-    origin: CheckpointAssignmentFence  # the assignment the cut was taken under
+    checkpoint: RecoveryCapsuleRef | None  # Consumed: the newer committed head
+    origin: CheckpointAssignmentFence | None  # the assignment the cut was taken under
     successor: CheckpointAssignmentFence | None = None  # Propagated only
+
+    @property
+    def restore_cut(self) -> RecoveryCut:
+        """What a participant restores from: the checkpoint, or the initial state."""
+        return recovery_cut(self.checkpoint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     FenceParticipant,
-    RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import InvalidArgument, LaminarError
@@ -60,6 +59,7 @@ from laminar_cluster.rebalance.interfaces import (
     CheckpointResult,
     EngineState,
     RebalanceError,
+    RecoveryCut,
     RegistrySnapshot,
     SourceDrainOutcome,
 )
@@ -106,7 +106,7 @@ class ControlEngine:
         self._transition: AssignmentDrainTransition | None = None
         self._installed_vnode_state = False
         self._unapplied_vnode_transition = False
-        self._recovery_checkpoint: RecoveryCapsuleRef | None = None
+        self._recovery_checkpoint: RecoveryCut | None = None
         self._runtime_cancelled = False
         self._coordinated_recovery = False
 
@@ -135,8 +135,8 @@ class ControlEngine:
     def shuffle_state(self) -> ShuffleFenceState:
         return self._shuffle
 
-    def recovery_checkpoint(self) -> RecoveryCapsuleRef | None:
-        """The checkpoint the last recovery adoption restored from."""
+    def recovery_checkpoint(self) -> RecoveryCut | None:
+        """The checkpoint (or the initial state) the last recovery adoption restored from."""
         return self._recovery_checkpoint
 
     def call_count(self, name: str) -> int:
@@ -245,11 +245,12 @@ class ControlEngine:
     async def adopt_recovery_assignment(
         self,
         snapshot: AssignmentSnapshot,
-        recovery_checkpoint: RecoveryCapsuleRef | None,
+        recovery_checkpoint: RecoveryCut | None,
         *,
         deadline: float,
     ) -> Adoption:
-        """Run a recovery generation, restoring owned vnodes cold from `recovery_checkpoint`.
+        """Run a recovery generation, restoring owned vnodes cold from `recovery_checkpoint`
+        (INITIAL_STATE: they start empty).
         Acquiring vnodes needs a cold bootstrap (CREATED or FAULTED, no vnode state).
         `recovery_required` is True when this process owns vnodes in it: a participant
         finishes its restore through the coordinated-recovery round (§4.11 B)."""

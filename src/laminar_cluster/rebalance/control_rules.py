@@ -16,7 +16,12 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.checkpoint.validate import fence_is_canonical, writing
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.interfaces import Adoption, RebalanceError, RegistrySnapshot
+from laminar_cluster.rebalance.interfaces import (
+    Adoption,
+    InitialState,
+    RebalanceError,
+    RegistrySnapshot,
+)
 
 
 def require_committed(snapshot: AssignmentSnapshot) -> None:
@@ -125,5 +130,7 @@ def snapshot_name(snapshot: AssignmentSnapshot) -> str:
     return f"v{snapshot.assignment_version} {kind}"
 
 
-def ref_name(ref: RecoveryCapsuleRef | None) -> str:
-    return "none" if ref is None else f"epoch {ref.epoch}"
+def ref_name(ref: RecoveryCapsuleRef | InitialState | None) -> str:
+    if ref is None:
+        return "none"
+    return "initial-state" if isinstance(ref, InitialState) else f"epoch {ref.epoch}"

@@ -16,7 +16,7 @@ import asyncio
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from laminar_cluster.assignment.digest import AssignmentDrainId
 from laminar_cluster.assignment.records import AssignmentSnapshot
@@ -32,6 +32,31 @@ from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition, ProcessLeaseFence
 from laminar_cluster.rebalance.locks import ExecutionFence
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+
+
+class InitialState(enum.Enum):
+    """The restore cut of a recovery generation decided before any cluster checkpoint had
+    committed (docs/protocols/rebalance.md "Recovery to the initial state"): every owned vnode
+    starts empty, every source at its start. Nothing committed exists, so nothing is lost."""
+
+    INITIAL_STATE = "initial-state"
+
+
+INITIAL_STATE: Final = InitialState.INITIAL_STATE
+RecoveryCut = RecoveryCapsuleRef | InitialState  # what a recovery participant restores from
+
+
+def recovery_cut(checkpoint: RecoveryCapsuleRef | None) -> RecoveryCut:
+    """A recovery decision's checkpoint as a restore cut: None is the initial state."""
+    return INITIAL_STATE if checkpoint is None else checkpoint
+
+
+def cut_name(cut: RecoveryCapsuleRef | InitialState | None) -> str:
+    """For log messages: `checkpoint epoch N` or `the initial state`."""
+    if cut is None or cut is INITIAL_STATE:
+        return "the initial state"
+    assert isinstance(cut, RecoveryCapsuleRef)
+    return f"checkpoint epoch {cut.epoch}"
 
 
 class RebalanceError(LaminarError):
@@ -160,12 +185,13 @@ class RebalanceEngine(Protocol):
     async def adopt_recovery_assignment(
         self,
         snapshot: AssignmentSnapshot,
-        recovery_checkpoint: RecoveryCapsuleRef | None,
+        recovery_checkpoint: RecoveryCut | None,
         *,
         deadline: float,
     ) -> Adoption:
         """Run a recovery generation: owned vnodes are restored cold from
-        `recovery_checkpoint` (None for a process that owns nothing in it)."""
+        `recovery_checkpoint` (INITIAL_STATE: they start empty; None for a process that owns
+        nothing in it)."""
         ...
 
     # -- source drains -----------------------------------------------------------------------

@@ -42,7 +42,7 @@ from laminar_cluster.lease.assignment_decisions import (
     record_assignment_recovery_decision,
 )
 from laminar_cluster.lease.cluster_outcome_reads import highest_cluster_committed_outcome
-from laminar_cluster.lease.handoff_pins import assignment_handoff_checkpoint
+from laminar_cluster.lease.handoff_pins import assignment_handoff_pin_on
 from laminar_cluster.lease.records import AssignmentRecoveryDecision
 from laminar_cluster.rebalance.audits import (
     AuditedAssignmentAuthority,
@@ -56,7 +56,12 @@ from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
     try_suspend_recovery_assignment_authority,
 )
-from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError
+from laminar_cluster.rebalance.interfaces import (
+    EngineState,
+    RebalanceError,
+    cut_name,
+    recovery_cut,
+)
 from laminar_cluster.rebalance.recovery_audit import load_portable_cut, recovery_decision
 from laminar_cluster.rebalance.recovery_inflight import (
     abort_predecessor_checkpoint_for_recovery,
@@ -137,34 +142,41 @@ async def authorize_recovery_successor(
     )
     decision = recorded.winner if isinstance(recorded, DecisionConflict) else recorded.decision
     logger.warning(
-        "assignment %d: recovery successor %d authorized (%s); checkpoint epoch %d",
+        "assignment %d: recovery successor %d authorized (%s); %s",
         current.assignment_version,
         decision.target_version,
         reason,
-        decision.recovery_checkpoint.epoch,
+        cut_name(decision.recovery_checkpoint),
     )
     return decision
 
 
 async def choose_recovery_checkpoint(
     ctx: RebalanceContext, predecessor: CheckpointAssignmentFence
-) -> RecoveryCapsuleRef:
+) -> RecoveryCapsuleRef | None:
     """§4.9 steps 9-10: the predecessor's active handoff pin, else the latest committed cluster
-    checkpoint fenced by the predecessor; either way the latest Commit, portable (S15)."""
+    checkpoint fenced by the predecessor; either way the latest Commit, portable (S15).
+
+    None (the initial state, LA-20) when no cluster checkpoint has committed: there is nothing
+    committed to restore or to lose. The authority admits such a decision only while its head
+    still has no Commit, so a Commit landing after this read makes the record Contended."""
     version = predecessor.assignment_version
     head = await highest_cluster_committed_outcome(ctx.authority)
+    found = await assignment_handoff_pin_on(ctx.authority, predecessor)
+    pin = None if found is None else found.checkpoint
+    if head is None and pin is None:
+        return None
     if head is None or head.recovery_capsule is None:
         raise RebalanceError(
             f"recovery from assignment {version} requires a committed cluster checkpoint"
         )
     head_ref = head.recovery_capsule
-    pin = await assignment_handoff_checkpoint(ctx.authority, predecessor)
-    if pin is not None and pin != head_ref:
+    if found is not None and pin != head_ref:
         raise RebalanceError(
-            f"recovery from assignment {version}: the handoff pin (epoch {pin.epoch}) is not "
+            f"recovery from assignment {version}: the handoff pin ({cut_name(pin)}) is not "
             f"the latest committed cluster checkpoint (epoch {head.epoch})"
         )
-    if pin is None and head.assignment_fence != predecessor:
+    if found is None and head.assignment_fence != predecessor:
         raise RebalanceError(
             f"recovery from assignment {version}: latest committed cluster checkpoint (epoch "
             f"{head.epoch}) does not bind the recovery predecessor"
@@ -197,8 +209,8 @@ async def materialize_recovery_decision(
             f"recovery assignment {version}: the materialized winner is not the authorized proposal"
         )
     scope = await prepare_recovery_assignment_adoption(ctx, durable, deadline=deadline)
-    checkpoint = decision.recovery_checkpoint if scope is RecoveryScope.PARTICIPANT else None
-    await ctx.engine.adopt_recovery_assignment(durable, checkpoint, deadline=deadline)
+    cut = recovery_cut(decision.recovery_checkpoint) if scope is RecoveryScope.PARTICIPANT else None
+    await ctx.engine.adopt_recovery_assignment(durable, cut, deadline=deadline)
     release_after_recovery_adoption(ctx, scope)
     try:
         async with within_deadline(ctx.clock, ctx.head_deadline(), f"assignment {version} prune"):
@@ -267,10 +279,10 @@ async def _adopt_recovery(
     deadline: float,
 ) -> None:
     scope = await prepare_recovery_assignment_adoption(ctx, snapshot, deadline=deadline)
-    checkpoint = None
+    cut = None
     if scope is RecoveryScope.PARTICIPANT and audited.recovery is not None:
-        checkpoint = audited.recovery.checkpoint
-    await ctx.engine.adopt_recovery_assignment(snapshot, checkpoint, deadline=deadline)
+        cut = audited.recovery.restore_cut
+    await ctx.engine.adopt_recovery_assignment(snapshot, cut, deadline=deadline)
     release_after_recovery_adoption(ctx, scope)
 
 

@@ -7,7 +7,8 @@ proposal the decision names, its committed predecessor v-1 is exactly the decisi
 predecessor, and the recovery checkpoint stands in one of three states (§2.10):
 
 * ACTIVE: the handoff pin on the target is the decision's recovery checkpoint, which is still
-  the newest committed cluster checkpoint;
+  the newest committed cluster checkpoint (a decision on the initial state, LA-20: the pin names
+  no checkpoint and no cluster checkpoint has committed at all);
 * CONSUMED: no pin, and the newest committed checkpoint was taken under the target itself (the
   older handoff artifact may already be collected);
 * PROPAGATED: the decision of v+1 moved the same pin on to its own target, not materialized yet.
@@ -35,7 +36,7 @@ from laminar_cluster.checkpoint.records import (
     RecoveryCapsuleRef,
 )
 from laminar_cluster.checkpoint.validate import fence_is_canonical
-from laminar_cluster.errors import InvalidArgument, Refused
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.lease.assignment_decisions import (
     assignment_drain_decision,
     assignment_recovery_decision,
@@ -45,7 +46,11 @@ from laminar_cluster.lease.cluster_outcome_reads import (
     cluster_outcome_with_recovery_capsule,
     highest_cluster_committed_outcome,
 )
-from laminar_cluster.lease.handoff_pins import assignment_handoff_checkpoint, rollback_fence
+from laminar_cluster.lease.handoff_pins import (
+    HandoffPin,
+    assignment_handoff_pin_on,
+    rollback_fence,
+)
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
 from laminar_cluster.rebalance.audits import (
     AuditedAssignmentAuthority,
@@ -53,7 +58,7 @@ from laminar_cluster.rebalance.audits import (
     PinState,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.interfaces import RebalanceError, cut_name
 
 __all__ = [
     "audit_recovery_generation",
@@ -75,15 +80,18 @@ async def audit_recovery_generation(
         )
     await _check_materialization(ctx, snapshot, decision)
     head = await highest_cluster_committed_outcome(ctx.authority)
-    if head is None or head.recovery_capsule is None:
+    if head is not None and head.recovery_capsule is None:
+        raise CorruptRecord(f"cluster Commit epoch {head.epoch} names no checkpoint index")
+    if head is None and decision.recovery_checkpoint is not None:
         raise RebalanceError(
             f"recovery assignment {version} requires a committed cluster checkpoint"
         )
-    head_ref = head.recovery_capsule
-    pin = await assignment_handoff_checkpoint(ctx.authority, decision.target)
+    pin = await assignment_handoff_pin_on(ctx.authority, decision.target)
     if pin is not None:
         state = await _active(ctx.authority, decision, head, pin)
-    elif head.assignment_fence == decision.target:
+    elif head is not None and head.assignment_fence == decision.target:
+        head_ref = head.recovery_capsule
+        assert head_ref is not None  # checked above
         index = await load_portable_cut(ctx.authority, head, head_ref, decision.target)
         state = AuditedRecoveryCheckpoint(PinState.CONSUMED, head_ref, index.assignment_fence)
     else:
@@ -134,39 +142,49 @@ async def _check_materialization(
 async def _active(
     authority: LeaderLeaseStore,
     decision: AssignmentRecoveryDecision,
-    head: CheckpointOutcome,
-    pin: RecoveryCapsuleRef,
+    head: CheckpointOutcome | None,
+    pin: HandoffPin,
 ) -> AuditedRecoveryCheckpoint:
-    """ACTIVE: the pin on the target is the recovery checkpoint and still the committed head."""
+    """ACTIVE: the pin on the target is the recovery checkpoint and still the committed head
+    (for the initial state: the pin names none and nothing has committed, LA-20)."""
     version = decision.target_version
-    if pin != decision.recovery_checkpoint or pin != head.recovery_capsule:
+    head_ref = None if head is None else head.recovery_capsule
+    if pin.checkpoint != decision.recovery_checkpoint or pin.checkpoint != head_ref:
         raise RebalanceError(
-            f"recovery assignment {version}: the handoff pin (epoch {pin.epoch}) is not the "
-            f"recovery checkpoint (epoch {decision.recovery_checkpoint.epoch}) and the latest "
-            f"committed cluster checkpoint (epoch {head.epoch})"
+            f"recovery assignment {version}: the handoff pin ({cut_name(pin.checkpoint)}) is "
+            f"not the recovery checkpoint ({cut_name(decision.recovery_checkpoint)}) and the "
+            f"latest committed cluster checkpoint ({cut_name(head_ref)})"
         )
-    index = await load_portable_cut(authority, head, pin, decision.predecessor)
-    return AuditedRecoveryCheckpoint(PinState.ACTIVE, pin, index.assignment_fence)
+    if pin.checkpoint is None or head is None:
+        return AuditedRecoveryCheckpoint(PinState.ACTIVE, None, None)
+    index = await load_portable_cut(authority, head, pin.checkpoint, decision.predecessor)
+    return AuditedRecoveryCheckpoint(PinState.ACTIVE, pin.checkpoint, index.assignment_fence)
 
 
 async def _propagated(
-    authority: LeaderLeaseStore, decision: AssignmentRecoveryDecision, head: CheckpointOutcome
+    authority: LeaderLeaseStore,
+    decision: AssignmentRecoveryDecision,
+    head: CheckpointOutcome | None,
 ) -> AuditedRecoveryCheckpoint:
-    """PROPAGATED: the decision of v+1 carries the same checkpoint on to the fence it pins."""
+    """PROPAGATED: the decision of v+1 carries the same checkpoint (or the initial state) on
+    to the fence it pins."""
     version = decision.target_version
-    head_ref = head.recovery_capsule
+    head_ref = None if head is None else head.recovery_capsule
     successor = await _successor_pin_target(authority, decision)
     if decision.recovery_checkpoint != head_ref:
         raise RebalanceError(
-            f"recovery assignment {version}: the recovery checkpoint (epoch "
-            f"{decision.recovery_checkpoint.epoch}) is no longer the latest committed cluster "
-            f"checkpoint (epoch {head.epoch})"
+            f"recovery assignment {version}: the recovery checkpoint "
+            f"({cut_name(decision.recovery_checkpoint)}) is no longer the latest committed "
+            f"cluster checkpoint ({cut_name(head_ref)})"
         )
-    if await assignment_handoff_checkpoint(authority, successor) != head_ref:
+    pin = await assignment_handoff_pin_on(authority, successor)
+    if pin is None or pin.checkpoint != head_ref:
         raise RebalanceError(
             f"recovery assignment {version}: the checkpoint pin is not on the successor of "
             f"assignment {version}"
         )
+    if decision.recovery_checkpoint is None or head is None:
+        return AuditedRecoveryCheckpoint(PinState.PROPAGATED, None, None, successor)
     index = await load_portable_cut(
         authority, head, decision.recovery_checkpoint, decision.predecessor
     )

@@ -58,7 +58,7 @@ from laminar_cluster.lease.cluster_outcome_reads import (
     highest_cluster_terminal_outcome,
 )
 from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
-from laminar_cluster.lease.handoff_pins import assignment_handoff_checkpoint
+from laminar_cluster.lease.handoff_pins import assignment_handoff_pin_on
 from laminar_cluster.rebalance.audits import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
@@ -122,11 +122,11 @@ async def settle_predecessor_checkpoint(
         attempt = await in_flight_attempt(ctx, recovery)
         if attempt is None:
             return
-        index = await _preflight(ctx, recovery, attempt)
+        deployment_id = await _preflight(ctx, recovery, attempt)
         winner = await _settlement(ctx, recovery, attempt, proof, deadline=deadline)
         if winner is None:
             return
-        _require_exact_abort(winner, attempt.checkpoint_id, index.deployment_id, recovery)
+        _require_exact_abort(winner, attempt.checkpoint_id, deployment_id, recovery)
         if await cluster_outcome(ctx.authority, attempt.checkpoint_id) != winner:
             raise RebalanceError(f"{what}: the Abort of attempt {attempt.checkpoint_id} moved")
         await _require_pin(ctx.authority, recovery)
@@ -246,19 +246,26 @@ async def _allocation_head(decisions: DecisionStore) -> int | None:
     return None if loaded is None else loaded.record.checkpoint_id
 
 
-async def _preflight(
-    ctx: RebalanceContext, recovery: _Recovery, attempt: InFlightAttempt
-) -> ClusterRecoveryCapsule:
+async def _preflight(ctx: RebalanceContext, recovery: _Recovery, attempt: InFlightAttempt) -> str:
     """Step 5: pin, committed head and portable cut unchanged; the artifacts belong to the same
-    deployment and pipeline; the attempt is newer than the recovery checkpoint."""
+    deployment and pipeline; the attempt is newer than the recovery checkpoint. Returns the
+    deployment ID the Abort must carry."""
     state = recovery.state
     await _require_pin(ctx.authority, recovery)
     head = await highest_cluster_committed_outcome(ctx.authority)
-    if head is None or head.recovery_capsule != state.checkpoint:
+    if (None if head is None else head.recovery_capsule) != state.checkpoint:
         raise RebalanceError(
             f"recovery assignment {recovery.version}: the committed head is no longer the "
             "recovery checkpoint"
         )
+    if head is None or state.checkpoint is None:
+        # The initial state (LA-20): nothing committed, so every attempt is newer than it.
+        deployment_id = await ctx.authority.require_decisions().load_or_create_deployment_id()
+        if any(capsule.deployment_id != deployment_id for capsule in attempt.capsules):
+            raise RebalanceError(
+                f"in-flight checkpoint {attempt.checkpoint_id} belongs to another deployment"
+            )
+        return deployment_id
     index = await load_portable_cut(ctx.authority, head, state.checkpoint, recovery.predecessor)
     if index.assignment_fence != state.origin:
         raise RebalanceError(
@@ -278,12 +285,12 @@ async def _preflight(
             f"in-flight checkpoint {attempt.checkpoint_id} is not newer than recovery "
             f"checkpoint {state.checkpoint.checkpoint_id}"
         )
-    return index
+    return index.deployment_id
 
 
 async def _require_pin(authority: LeaderLeaseStore, recovery: _Recovery) -> None:
-    pinned = await assignment_handoff_checkpoint(authority, recovery.pin_target)
-    if pinned != recovery.state.checkpoint:
+    pin = await assignment_handoff_pin_on(authority, recovery.pin_target)
+    if pin is None or pin.checkpoint != recovery.state.checkpoint:
         raise RebalanceError(
             f"recovery assignment {recovery.version}: the recovery checkpoint pin moved during "
             "predecessor checkpoint settlement"

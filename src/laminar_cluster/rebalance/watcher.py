@@ -218,6 +218,12 @@ class SnapshotWatcher(WatcherState):
         """Branch B; the revision publication continues with, or None to end the tick."""
         ctx = self.ctx
         engine = ctx.engine
+        if head.assignment_version <= engine.registry().version:
+            # Adopted since this tick read the local version (the leader's own recovery
+            # materialization, say): branch C. Preparing it now would fault a process that
+            # already restored, and nothing would release it (seed 502).
+            self.cache(head)
+            return revision
         scope: RecoveryScope | None = None
         if outcome.is_recovery:
             try:
@@ -280,10 +286,8 @@ class SnapshotWatcher(WatcherState):
         engine = self.ctx.engine
         if outcome.recovery is None:
             return await engine.adopt_assignment(head, deadline=head_deadline)
-        checkpoint = outcome.recovery.checkpoint if scope is RecoveryScope.PARTICIPANT else None
-        return await engine.adopt_recovery_assignment(
-            head, checkpoint, deadline=self.ctx.head_deadline()
-        )
+        cut = outcome.recovery.restore_cut if scope is RecoveryScope.PARTICIPANT else None
+        return await engine.adopt_recovery_assignment(head, cut, deadline=self.ctx.head_deadline())
 
     async def _prepare_participant_recovery(
         self,

@@ -10,7 +10,12 @@ from laminar_cluster.coordinator.restore import load_cuts
 from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.cluster_outcome_reads import highest_cluster_committed_outcome
-from laminar_cluster.runtime.restoring import RecoveryRestore, RestoredCuts, RestoreSource
+from laminar_cluster.runtime.restoring import (
+    InitialRestore,
+    RecoveryRestore,
+    RestoredCuts,
+    RestoreSource,
+)
 from laminar_cluster.store import ObjectStore
 
 
@@ -30,6 +35,8 @@ class CheckpointRestorer:
     async def __call__(
         self, source: RestoreSource, vnodes: tuple[int, ...], *, deadline: float
     ) -> RestoredCuts:
+        if isinstance(source, InitialRestore):
+            return dict.fromkeys(vnodes)  # the initial state: start empty at 0
         if isinstance(source, RecoveryRestore):
             ref = source.checkpoint
         else:

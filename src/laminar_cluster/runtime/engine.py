@@ -43,7 +43,6 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     CheckpointAttempt,
     FenceParticipant,
-    RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.coordinator.host import Cut, VnodeCut
@@ -62,6 +61,8 @@ from laminar_cluster.rebalance.interfaces import (
     Activation,
     Adoption,
     EngineState,
+    InitialState,
+    RecoveryCut,
     SourceDrainOutcome,
 )
 from laminar_cluster.runtime.engine_loop import EngineLoop
@@ -73,7 +74,13 @@ from laminar_cluster.runtime.engine_types import (
     SourceLog,
 )
 from laminar_cluster.runtime.processor import Processor
-from laminar_cluster.runtime.restoring import HandoffRestore, RecoveryRestore, Restorer
+from laminar_cluster.runtime.restoring import (
+    HandoffRestore,
+    InitialRestore,
+    RecoveryRestore,
+    Restorer,
+    RestoreSource,
+)
 from laminar_cluster.runtime.vnode_table import VnodeTable, revoking_vnodes
 
 logger: Final = logging.getLogger(__name__)
@@ -223,22 +230,23 @@ class StreamEngine(ControlEngine):
     async def adopt_recovery_assignment(
         self,
         snapshot: AssignmentSnapshot,
-        recovery_checkpoint: RecoveryCapsuleRef | None,
+        recovery_checkpoint: RecoveryCut | None,
         *,
         deadline: float,
     ) -> Adoption:
         """ControlEngine's recovery adoption; then every owned vnode restores cold from
-        `recovery_checkpoint`."""
+        `recovery_checkpoint` (the initial state: every owned vnode starts empty)."""
         before = self.registry()
         adoption = await super().adopt_recovery_assignment(
             snapshot, recovery_checkpoint, deadline=deadline
         )
         if self.registry() != before:
             owned = self._owned_in_registry()
-            source = (
-                HandoffRestore() if recovery_checkpoint is None
-                else RecoveryRestore(recovery_checkpoint)
-            )  # fmt: skip
+            source: RestoreSource = HandoffRestore()
+            if isinstance(recovery_checkpoint, InitialState):
+                source = InitialRestore()
+            elif recovery_checkpoint is not None:
+                source = RecoveryRestore(recovery_checkpoint)
             for vnode in self.table.restart_all(len(self.registry().owners), owned, source):
                 self.processor.drop(vnode)
             self._release_cut("a recovery generation was adopted")

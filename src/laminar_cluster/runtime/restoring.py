@@ -5,7 +5,8 @@ of each of its partitions. A handoff (a plain adoption acquiring vnodes) restore
 latest committed cluster checkpoint, read when the restore runs: it is the pre-rotation
 checkpoint or a later one, and none can commit under a fence that gives us the vnode while we
 still restore it (our cut would be missing). A recovery generation restores from the recovery
-checkpoint it names. With no committed checkpoint at all a vnode starts empty at offset 0.
+checkpoint it names, or starts empty when the generation restores the initial state. With no
+committed checkpoint at all a vnode starts empty at offset 0.
 
 `Restorer` is what the engine calls; `checkpoint_restorer.CheckpointRestorer` is the
 store-backed one (coordinator.restore.load_cuts checks every partial against the capsule and
@@ -34,7 +35,13 @@ class RecoveryRestore:
     checkpoint: RecoveryCapsuleRef
 
 
-RestoreSource = HandoffRestore | RecoveryRestore
+@dataclass(frozen=True, slots=True)
+class InitialRestore:
+    """Start empty at offset 0: a recovery generation decided before any cluster checkpoint
+    committed (its decision names the initial state; nothing committed exists to restore)."""
+
+
+RestoreSource = HandoffRestore | RecoveryRestore | InitialRestore
 
 # vnode -> its committed cut, or None: no committed checkpoint, start empty at offset 0
 RestoredCuts = Mapping[int, VnodeCut | None]
