@@ -186,7 +186,7 @@ class ArtifactFloorKeeper:
         read, written = await self._verify_markers(commits, wanted)
         pin = await assignment_handoff_pin(self.authority)
         bounds = FloorBounds(
-            pinned_epoch=None if pin is None else pin.checkpoint.epoch,
+            pinned_epoch=None if pin is None else pin.checkpoint_epoch,
             marked_below=self.verified_below,
             walked_below=self.walked_below(),
         )
