@@ -19,7 +19,8 @@ node logs them as `startup_failed` and exits `EXIT_STARTUP_FAILED`.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
 from laminar_cluster.clock import Clock, retry_until
 from laminar_cluster.membership.discovery import MembershipView
@@ -33,19 +34,33 @@ STARTUP_ATTEMPTS_MAX: Final = 64
 STARTUP_BACKOFF_S_MIN: Final = 0.05
 STARTUP_BACKOFF_S_MAX: Final = 1.0
 
+T = TypeVar("T")
 
-async def acquire_lease(
-    holder: ProcessLeaseHolder, clock: Clock, *, deadline: float
-) -> AcquiredLease:
-    """A new term of `holder`'s process lease, retried on StoreUnavailable until `deadline`."""
+
+async def _startup_step(
+    work: Callable[[], Awaitable[T]], what: str, clock: Clock, *, deadline: float
+) -> T:
+    """`work`, retried on StoreUnavailable with the startup backoff until `deadline`."""
     return await retry_until(
-        lambda: holder.acquire(deadline=deadline),
-        what=f"node-{holder.node}: acquiring the process lease",
+        work,
+        what=what,
         clock=clock,
         deadline=deadline,
         attempts_max=STARTUP_ATTEMPTS_MAX,
         backoff_s_min=STARTUP_BACKOFF_S_MIN,
         backoff_s_max=STARTUP_BACKOFF_S_MAX,
+    )
+
+
+async def acquire_lease(
+    holder: ProcessLeaseHolder, clock: Clock, *, deadline: float
+) -> AcquiredLease:
+    """A new term of `holder`'s process lease, retried on StoreUnavailable until `deadline`."""
+    return await _startup_step(
+        lambda: holder.acquire(deadline=deadline),
+        f"node-{holder.node}: acquiring the process lease",
+        clock,
+        deadline=deadline,
     )
 
 
@@ -54,14 +69,11 @@ async def activate_lease(holder: ProcessLeaseHolder, clock: Clock, *, deadline: 
     whichever is first (past its validity `renew` raises ProcessFenced)."""
     valid_until_s = holder.valid_until_s
     until = deadline if valid_until_s is None else min(deadline, valid_until_s)
-    await retry_until(
+    await _startup_step(
         lambda: activate(holder, deadline=until),
-        what=f"node-{holder.node}: activating the process lease",
-        clock=clock,
+        f"node-{holder.node}: activating the process lease",
+        clock,
         deadline=until,
-        attempts_max=STARTUP_ATTEMPTS_MAX,
-        backoff_s_min=STARTUP_BACKOFF_S_MIN,
-        backoff_s_max=STARTUP_BACKOFF_S_MAX,
     )
 
 
@@ -69,12 +81,9 @@ async def first_members(
     controller: StoreClusterController, clock: Clock, *, deadline: float
 ) -> MembershipView:
     """The first membership view, retried on StoreUnavailable until `deadline`."""
-    return await retry_until(
+    return await _startup_step(
         lambda: controller.refresh_members(deadline=deadline),
-        what=f"node-{controller.node_id}: first membership refresh",
-        clock=clock,
+        f"node-{controller.node_id}: first membership refresh",
+        clock,
         deadline=deadline,
-        attempts_max=STARTUP_ATTEMPTS_MAX,
-        backoff_s_min=STARTUP_BACKOFF_S_MIN,
-        backoff_s_max=STARTUP_BACKOFF_S_MAX,
     )
