@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet, NodeTimings, Run
+from laminar_cluster.cli.bench_rebalance_fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
 from laminar_cluster.cli.demo_check import CheckResult, check_exactly_once
 from laminar_cluster.cli.demo_producer import GatedEventLog, produce_gated
 from laminar_cluster.cli.status import event_log_opener
@@ -54,15 +54,7 @@ from laminar_cluster.clock import RealClock
 from laminar_cluster.runtime.workload import Workload, expected_aggregates
 from laminar_cluster.store import open_store
 
-TIMINGS = NodeTimings(
-    ttl_s=5.0,
-    poll_s=0.2,
-    debounce_s=0.5,
-    checkpoint_interval_s=1.0,
-    retry_delay_s=0.5,
-    drain_ack_timeout_s=5.0,
-    leave_timeout_s=60.0,
-)
+TIMINGS = STREAM_NODE_TIMINGS
 EXIT_FENCED = 3
 EXIT_LEAVE_TIMEOUT = 4
 POLL_S = 0.2

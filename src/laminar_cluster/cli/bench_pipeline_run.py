@@ -22,6 +22,7 @@ kill to the first commit whose fence no longer names the killed boot (`pipeline_
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet, NodeTimings, Run
+from laminar_cluster.cli.bench_rebalance_fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
 from laminar_cluster.cli.pipeline_logs import (
     adopted_version,
     checkpoint_figures,
@@ -49,16 +50,7 @@ from laminar_cluster.runtime.output import open_output_authority
 from laminar_cluster.runtime.workload import Progress, Workload, produce
 from laminar_cluster.store import ObjectStore
 
-TIMINGS: Final = NodeTimings(
-    ttl_s=5.0,
-    poll_s=0.2,
-    debounce_s=0.5,
-    checkpoint_interval_s=1.0,
-    retry_delay_s=0.5,
-    drain_ack_timeout_s=5.0,
-    leave_timeout_s=60.0,
-    stats_interval_s=0.25,
-)
+TIMINGS: Final = dataclasses.replace(STREAM_NODE_TIMINGS, stats_interval_s=0.25)
 POLL_S: Final = 0.1
 STEP_TIMEOUT_S: Final = 180.0
 CHECKPOINT_PURPOSES: Final = ("purpose.duties", "purpose.participant")

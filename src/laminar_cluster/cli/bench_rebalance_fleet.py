@@ -70,6 +70,10 @@ class NodeTimings:
         ]
 
 
+# The stream node's timings (demo, bench pipeline, chaos): the node command's own lease ttl.
+STREAM_NODE_TIMINGS: Final = NodeTimings(ttl_s=5.0)
+
+
 @dataclass
 class Run:
     """One process start of one node."""

@@ -30,7 +30,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet, NodeTimings, Run
+from laminar_cluster.cli.bench_rebalance_fleet import (
+    STREAM_NODE_TIMINGS,
+    NodeFleet,
+    NodeTimings,
+    Run,
+)
 from laminar_cluster.cli.demo_producer import GatedEventLog, produce_gated
 from laminar_cluster.cli.demo_view import DemoView
 from laminar_cluster.cli.pipeline_logs import (
@@ -47,15 +52,7 @@ from laminar_cluster.errors import DeadlineExceeded, LaminarError
 from laminar_cluster.runtime.workload import Workload
 from laminar_cluster.store import ObjectStore
 
-TIMINGS: Final = NodeTimings(
-    ttl_s=5.0,
-    poll_s=0.2,
-    debounce_s=0.5,
-    checkpoint_interval_s=1.0,
-    retry_delay_s=0.5,
-    drain_ack_timeout_s=5.0,
-    leave_timeout_s=60.0,
-)
+TIMINGS: Final = STREAM_NODE_TIMINGS
 # A remote store (S3 and the like) answers in tens of milliseconds, not a few, and every
 # request counts: more slack, and fewer polls. A checkpoint writes one partial per vnode (256)
 # and the leader reads them all back, about 530 requests; the idle engine re-lists each owned
