@@ -633,3 +633,38 @@ def test_recovery_head_participant_restores_the_initial_state() -> None:
         assert joiner.engine.installed_fence() == fence_of(v2)
 
     run(body)
+
+
+def test_recovery_above_a_drain_settled_as_commit_here_clears_it() -> None:
+    """Seed 965: this follower resolved its acked drain as Commit, then the head moved to a
+    recovery generation above the drain's target before its watcher cleared the drain. The
+    drain has nothing left to release: the watcher forgets it and follows the recovery (it
+    used to ask for an Abort, which the local Commit refused on every tick, for good)."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        follower = cluster.proc(2)
+        await cluster.checkpoint()
+        drain = await cluster.publish_drain(V2_OWNERS)
+        transition = drain.drain_transition
+        assert transition is not None
+        await cluster.settle()  # every predecessor acks
+        assert follower.watcher.active_local_drain == transition
+        round_id = drain_id(transition)
+        await follower.engine.resolve_local_source_drain(
+            round_id, COMMIT, deadline=cluster.deadline()
+        )
+        assert await cluster.finalize(drain, COMMIT) == 2
+        await cluster.tick(1)
+        await cluster.leave(3)  # a target owner leaves: the leader sheds it by recovery
+        leader = cluster.proc(1)
+        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 3
+        head = await cluster.cluster.snapshots.load()
+        assert head is not None and head.assignment_version == 3
+        await cluster.tick(2)
+        assert follower.watcher.active_local_drain is None
+        assert follower.engine.registry().version == 3
+        assert follower.engine.call_count("adopt_recovery_assignment") == 1
+        assert follower.engine.owned_source_drain_resolved(round_id, COMMIT)  # not overturned
+
+    run(body)

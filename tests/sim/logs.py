@@ -21,7 +21,7 @@ class WarningCounter(logging.Handler):
         self.counts = counts
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.counts[f"{record.name.rsplit('.', 1)[-1]}: {record.getMessage()[:240]}"] += 1
+        self.counts[f"{record.name.rsplit('.', 1)[-1]}: {record.getMessage()[:600]}"] += 1
 
 
 @contextlib.contextmanager

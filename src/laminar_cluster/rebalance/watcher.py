@@ -368,7 +368,8 @@ class SnapshotWatcher(WatcherState):
     ) -> None:
         """A recovery generation above the target of the drain this process acked makes that
         drain moot: recovery restores every owned vnode cold from its checkpoint, whatever the
-        drain's verdict was. Its sources are released (Abort) and the drain forgotten, instead
+        drain's verdict was. Its sources are released (Abort; nothing to release when this process
+        already settled it as Commit) and the drain forgotten, instead
         of settling it through an edge that recovery's prune may already have removed (the
         predecessor of its terminal), which would wedge this follower below the head."""
         transition = self.active_local_drain
@@ -379,13 +380,17 @@ class SnapshotWatcher(WatcherState):
         ):
             return
         round_id = drain_id(transition)
-        try:
-            await self.ctx.engine.resolve_local_source_drain(
-                round_id, SourceDrainOutcome.ABORT, deadline=deadline
-            )
-        except STEP_FAILURES as error:
-            logger.warning("drain %s: release before recovery failed: %s", round_id, error)
-            return
+        engine = self.ctx.engine
+        # Settled as Commit here before the prune cut its edge: nothing is left to release
+        # (the recovery adoption restores every owned vnode cold either way).
+        if not engine.owned_source_drain_resolved(round_id, SourceDrainOutcome.COMMIT):
+            try:
+                await engine.resolve_local_source_drain(
+                    round_id, SourceDrainOutcome.ABORT, deadline=deadline
+                )
+            except STEP_FAILURES as error:
+                logger.warning("drain %s: release before recovery failed: %s", round_id, error)
+                return
         logger.info(
             "drain %s superseded by recovery assignment %d", round_id, head.assignment_version
         )
