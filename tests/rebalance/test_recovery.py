@@ -381,6 +381,43 @@ def test_t74_dead_owner_draining_head_rollback() -> None:
     run(body)
 
 
+def test_recovery_from_a_rollback_aborts_the_drains_handoff_attempt() -> None:
+    """Seed 1245: the drain's handoff checkpoint (fenced by the drain's predecessor v1) wrote
+    its capsule and never decided; the dead owner rolls the drain back (v2) and recovery goes
+    from the rollback (v3). That v1 attempt belongs to a superseded generation, older than the
+    recovery predecessor: it is settled as Abort like a predecessor attempt. It used to count as
+    "neither the recovery predecessor nor its target" and fail every recovery attempt."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
+        v1 = await rc.head()
+        cut = await rc.checkpoint(1)
+        leader = rc.proc(1)
+        proof = leader.controller.capture_leader_proof()
+        assert proof is not None
+        drain = next_draining(v1, [1, 1], [leader.me], proof, now_ms=clock.wall_ms())
+        assert isinstance(await rc.cluster.snapshots.save_if_version(drain, 1), Rotated)
+        handoff = cut.checkpoint_id + 1
+        await _in_flight(rc, 1, handoff)  # the handoff attempt under v1, never decided
+        await rc.die(2)
+        await rc.cluster.elect(1)
+
+        assert await try_rebalance(leader.ctx, [1]) == 2  # the rollback
+        assert await try_rebalance(leader.ctx, [1]) == 3  # recovery from the rollback
+        rollback = await rc.cluster.snapshots.load_version(2)
+        assert rollback is not None
+        aborted = await cluster_outcome(leader.node.authority, handoff)
+        assert aborted is not None and aborted.verdict is CheckpointVerdict.ABORT
+        assert aborted.assignment_fence == snapshot_fence(rollback)  # the recovery predecessor
+        assert aborted.recovery_capsule is None
+        v3 = await rc.head()
+        assert v3.owners == (1, 1)
+        assert leader.engine.registry().version == 3
+        assert leader.engine.recovery_checkpoint() == cut
+
+    run(body)
+
+
 def test_recovery_audit_rejects_a_bare_successor() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)

@@ -20,6 +20,13 @@ its ID lies above the highest terminal cluster outcome and either
 Settling the highest such ID settles every lower one too (outcomes strictly increase). The
 capsules are **not** deleted here (§4.10 step 9): cleanup stays behind the stop quorum.
 
+Deviation: a capsule fenced by a generation older than the predecessor is settled too (the
+seed errs on any fence but the predecessor's and the target's). Without a durable in-flight
+record, the handoff attempt of a drain that recovery or a rollback superseded stays above the
+terminal outcome under the drain's predecessor fence, and would fail every recovery attempt.
+Such an attempt can never commit (the pin refuses any Commit outside the target), so aborting
+it under the predecessor fence only makes its end durable.
+
 Deviation: a cluster outcome must name its leader in its fence (checkpoint §3.3), so a leader
 that is not a participant of the predecessor fence (a replacement boot, T48/T53) cannot record
 that Abort. It logs and leaves the attempt to the pin and the monotonic outcome order, which
@@ -176,7 +183,12 @@ async def in_flight_attempt(ctx: RebalanceContext, recovery: _Recovery) -> InFli
     fences = {capsule.assignment_fence for capsule in capsules}
     if fences & {recovery.target, recovery.pin_target}:
         return None
-    foreign = fences - {recovery.predecessor}
+    # Fences older than the predecessor are superseded generations (the handoff attempt of a
+    # drain that was rolled back): their attempts are settled like the predecessor's.
+    predecessor_version = recovery.predecessor.assignment_version
+    foreign = {
+        f for f in fences - {recovery.predecessor} if f.assignment_version >= predecessor_version
+    }
     if foreign:
         versions = sorted(fence.assignment_version for fence in foreign)
         raise RebalanceError(
