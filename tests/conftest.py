@@ -1,4 +1,5 @@
-"""Shared fixtures: stores of every backend, and the real S3 test server."""
+"""Shared fixtures: stores of every backend, and the real S3 test server. The simulation's
+fast seeds start running in the background as soon as collection ends (`tests.sim.ahead`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,30 @@ from pathlib import Path
 import pytest
 
 from laminar_cluster.store import ObjectStore, open_store
+from tests.sim import ahead as sim_ahead
 from tests.support.s3server import S3Server, running_s3_server
 
 BACKENDS = ("memory", "file", "s3")
+FAST_SEED_TEST = ("tests.sim.test_simulation", "test_seed")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected simulation seeds now, at idle priority, so they run while the rest
+    of the suite does (the `ahead` fixture of `tests/sim/test_simulation.py` collects them)."""
+    if session.config.option.collectonly:
+        return
+    seeds = [
+        item.callspec.params["seed"]
+        for item in session.items
+        if isinstance(item, pytest.Function)
+        and (item.module.__name__, item.originalname) == FAST_SEED_TEST
+    ]
+    if seeds:
+        sim_ahead.start(seeds)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    sim_ahead.stop()
 
 
 @pytest.fixture(scope="session")

@@ -58,10 +58,11 @@ def outcomes(
         return
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers) as pool:
-        yield from pool.imap(_outcome_task, [(seed, config) for seed in ordered], chunksize=4)
+        yield from pool.imap(outcome_task, [(seed, config) for seed in ordered], chunksize=4)
 
 
-def _outcome_task(job: tuple[int, SimConfig | None]) -> SeedOutcome:
+def outcome_task(job: tuple[int, SimConfig | None]) -> SeedOutcome:
+    """`outcome_of` as a pool task."""
     return outcome_of(*job)
 
 

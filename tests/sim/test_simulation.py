@@ -2,12 +2,12 @@
 joins, leaves, crashes at any await, restarts, cut-offs and store faults, checked after every
 step (checkers 1-5, `tests.sim.checkers`).
 
-* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 400: what fits `make test`'s 15-minute budget
-  on two cores next to the process tests, about 0.3-0.4 s of CPU a run) seeds, one test each.
-  The runs are computed ahead on every core (`tests.sim.parallel`); each test asserts its own
-  seed's result: no checker failure, and the run did contain a crash, a join, a graceful leave
-  and injected store faults, with 3-5 members at first and at most 6. 2,000 and more:
-  `LAMINAR_SIM_FAST_SEEDS=2000 pytest tests/sim` or `python -m tests.sim.run --seeds 0..1999`.
+* `test_seed`: `LAMINAR_SIM_FAST_SEEDS` (default 2,000) seeds, one test each. Their runs start
+  when the session's collection ends, on one worker per core at idle CPU priority, and go on
+  while the rest of the suite runs (`tests.sim.ahead`); each test asserts its own seed's
+  result: no checker failure, and the run did contain a crash, a join, a graceful leave and
+  injected store faults, with 3-5 members at first and at most 6. More seeds:
+  `python -m tests.sim.run --seeds 0..99999`.
 * `test_every_schedule_has_every_required_event`: the scenario schedules of those seeds (and
   of every 10th soak seed) each plan every required event inside the fault phase.
 * `test_same_seed_same_trace`: one seed twice in this process, and once in a fresh process with
@@ -30,48 +30,32 @@ from pathlib import Path
 
 import pytest
 
+from tests.sim import ahead as sim_ahead
 from tests.sim import events
+from tests.sim.ahead import SeedsAhead
 from tests.sim.events import NODES_MAX, NODES_MIN
 from tests.sim.parallel import SeedOutcome, outcomes, summarize
 from tests.sim.simulation import SimConfig, Simulation, run_seed, run_simulation
 
-FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "400"))
+FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "2000"))
 SOAK_SEEDS = 100_000
 REPLAY_SEED = 11
 BOOT_WINDOW_SEED = 3
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Ahead:
-    """Results of every fast seed, computed in seed order on a worker pool, fetched lazily."""
-
-    def __init__(self, seeds: range) -> None:
-        self._iterator: Iterator[SeedOutcome] = outcomes(seeds)
-        self._done: dict[int, SeedOutcome] = {}
-
-    def get(self, seed: int) -> SeedOutcome:
-        while seed not in self._done:
-            result = next(self._iterator)
-            self._done[result.seed] = result
-        return self._done.pop(seed)
-
-    def close(self) -> None:
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()
-
-
 @pytest.fixture(scope="module")
-def ahead() -> Iterator[_Ahead]:
-    results = _Ahead(range(FAST_SEEDS))
+def ahead() -> Iterator[SeedsAhead]:
+    """The pool `tests/conftest.py` started when collection ended (or one started now)."""
+    results = sim_ahead.running() or sim_ahead.start(range(FAST_SEEDS))
     try:
         yield results
     finally:
-        results.close()
+        sim_ahead.stop()
 
 
 @pytest.mark.parametrize("seed", range(FAST_SEEDS))
-def test_seed(seed: int, ahead: _Ahead) -> None:
+def test_seed(seed: int, ahead: SeedsAhead) -> None:
     result = ahead.get(seed)
     if result.violations:
         raise AssertionError(result.message)  # starts with "seed=<n>" and the replay command
@@ -81,6 +65,17 @@ def test_seed(seed: int, ahead: _Ahead) -> None:
         assert figures.get(what, 0) >= 1, f"{replay}: the run had no {what}: {figures}"
     assert NODES_MIN <= figures["members_first"] < NODES_MAX, f"{replay}: {figures}"
     assert figures["members_max"] <= NODES_MAX, f"{replay}: {figures}"
+
+
+def test_seeds_ahead_run_at_idle_priority() -> None:
+    """The background runs must never take a core from a timing-sensitive process test."""
+    probe = "import os; from tests.sim.ahead import idle_priority; idle_priority(); "
+    probe += "print(os.sched_getscheduler(0), os.nice(0))"
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    policy, niceness = map(int, shown.stdout.split())
+    assert policy == os.SCHED_IDLE or niceness == 19, shown.stdout
 
 
 def test_every_schedule_has_every_required_event() -> None:
