@@ -2,7 +2,7 @@
 
     python -m tests.sim.run --seed 17            # one seed: its full event trace and figures
     python -m tests.sim.run --seeds 0..99999     # many seeds on every core: failures and totals
-    python -m tests.sim.run --seeds 0..999 --jobs 1
+    python -m tests.sim.run --seeds 0..999 --jobs 1 --progress 100
 
 A failing seed prints its failure message (it starts with `seed=<n>`); `--seed <n>` replays it
 exactly. The exit status is 1 when any seed failed.
@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--seed", type=int, help="run one seed and print its trace")
     which.add_argument("--seeds", type=parse_range, help="run seeds A..B (inclusive)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes")
+    parser.add_argument(
+        "--progress",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="print a progress line to stderr every N runs (0: never)",
+    )
     args = parser.parse_args(argv)
     if args.seed is not None:
         result = run_seed(args.seed)
@@ -44,10 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     results: list[SeedOutcome] = []
+    failed = 0
     for outcome in outcomes(args.seeds, jobs=args.jobs):
         results.append(outcome)
         if outcome.violations:
+            failed += 1
             print(outcome.message, flush=True)
+        if args.progress and len(results) % args.progress == 0:
+            elapsed = time.perf_counter() - started
+            print(
+                f"progress: {len(results)}/{len(args.seeds)} runs (through seed {outcome.seed}), "
+                f"{failed} failed, {elapsed:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     total = summarize(results)
     elapsed = time.perf_counter() - started
     print(" ".join(f"{k}={v}" for k, v in sorted(total.items())))
