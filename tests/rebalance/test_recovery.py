@@ -5,6 +5,7 @@ ControlEngines and leader authority."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from laminar_cluster.assignment.model import next_draining, next_for_participants, snapshot_fence
 from laminar_cluster.assignment.paths import materialization_path
@@ -346,7 +347,13 @@ def test_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
     run(body)
 
 
-def test_t74_dead_owner_draining_head_rollback() -> None:
+@pytest.mark.parametrize("handoff_in_flight", [False, True])
+def test_t74_dead_owner_draining_head_rollback(handoff_in_flight: bool) -> None:
+    """With `handoff_in_flight` (simulation seeds 1245, 1462): the drain's handoff checkpoint
+    wrote its capsule under v1 and never decided. Recovery from the rollback settles it as Abort
+    like a predecessor attempt (it is older than the predecessor); it used to count as "neither
+    the recovery predecessor nor its target" and fail every recovery attempt."""
+
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -356,6 +363,9 @@ def test_t74_dead_owner_draining_head_rollback() -> None:
         assert proof is not None
         drain = next_draining(v1, [1, 1], [leader.me], proof, now_ms=clock.wall_ms())
         assert isinstance(await rc.cluster.snapshots.save_if_version(drain, 1), Rotated)
+        handoff = cut.checkpoint_id + 1
+        if handoff_in_flight:
+            await _in_flight(rc, 1, handoff)  # fenced by v1, the drain's predecessor
         await rc.die(2)
         proof = await rc.cluster.elect(1)
 
@@ -377,41 +387,13 @@ def test_t74_dead_owner_draining_head_rollback() -> None:
         decision = await assignment_recovery_decision(leader.node.authority, 3)
         assert decision is not None and decision.recovery_checkpoint == cut
         assert decision.predecessor == snapshot_fence(rollback)
-
-    run(body)
-
-
-def test_recovery_from_a_rollback_aborts_the_drains_handoff_attempt() -> None:
-    """Seed 1245: the drain's handoff checkpoint (fenced by the drain's predecessor v1) wrote
-    its capsule and never decided; the dead owner rolls the drain back (v2) and recovery goes
-    from the rollback (v3). That v1 attempt belongs to a superseded generation, older than the
-    recovery predecessor: it is settled as Abort like a predecessor attempt. It used to count as
-    "neither the recovery predecessor nor its target" and fail every recovery attempt."""
-
-    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
-        rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
-        v1 = await rc.head()
-        cut = await rc.checkpoint(1)
-        leader = rc.proc(1)
-        proof = leader.controller.capture_leader_proof()
-        assert proof is not None
-        drain = next_draining(v1, [1, 1], [leader.me], proof, now_ms=clock.wall_ms())
-        assert isinstance(await rc.cluster.snapshots.save_if_version(drain, 1), Rotated)
-        handoff = cut.checkpoint_id + 1
-        await _in_flight(rc, 1, handoff)  # the handoff attempt under v1, never decided
-        await rc.die(2)
-        await rc.cluster.elect(1)
-
-        assert await try_rebalance(leader.ctx, [1]) == 2  # the rollback
-        assert await try_rebalance(leader.ctx, [1]) == 3  # recovery from the rollback
-        rollback = await rc.cluster.snapshots.load_version(2)
-        assert rollback is not None
         aborted = await cluster_outcome(leader.node.authority, handoff)
-        assert aborted is not None and aborted.verdict is CheckpointVerdict.ABORT
-        assert aborted.assignment_fence == snapshot_fence(rollback)  # the recovery predecessor
-        assert aborted.recovery_capsule is None
-        v3 = await rc.head()
-        assert v3.owners == (1, 1)
+        if handoff_in_flight:
+            assert aborted is not None and aborted.verdict is CheckpointVerdict.ABORT
+            assert aborted.assignment_fence == snapshot_fence(rollback)  # the predecessor's
+            assert aborted.recovery_capsule is None
+        else:
+            assert aborted is None
         assert leader.engine.registry().version == 3
         assert leader.engine.recovery_checkpoint() == cut
 
