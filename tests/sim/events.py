@@ -6,7 +6,9 @@ plus `extra` events of any kind at random instants (`draw_schedule`, a pure func
 seed and the config, so a test can check the schedules of every seed). A required event that
 cannot happen at its instant (a join into a full cluster, a leave with two nodes left) is
 tried again `RETRY_S` later, until it happens; a required store fault counts once a fault was
-injected (its process may crash before the request that was to fail). Each event acts on the
+injected (its process may crash before the request that was to fail). A required crash or
+leave that the cluster can never allow as it stands (too few nodes run, none is due to restart,
+no join is still scheduled) makes a node join first (`make_room_for`). Each event acts on the
 running simulation (`tests.sim.simulation.Simulation`):
 
 * crash: a process is cancelled after a random number of loop turns (so at whatever await it
@@ -106,6 +108,19 @@ async def scheduled_event(sim: Simulation, kind: str) -> bool:
         slow(sim, sim.rng.choice(running))
         return True
     return False
+
+
+RUNNING_NEEDED: Final = {"crash": 2, "leave": 3}  # running nodes each kind needs
+
+
+async def make_room_for(sim: Simulation, kind: str) -> bool:
+    """A node joins when a required `kind` can never happen otherwise: fewer nodes run than it
+    needs and no restart is pending. Whether one joined."""
+    needed = RUNNING_NEEDED.get(kind)
+    if needed is None or len(sim.running()) + sim.pending("restart") >= needed:
+        return False
+    sim.note(f"a node joins so that the required {kind} can happen")
+    return await scheduled_event(sim, "join")
 
 
 async def crash(sim: Simulation, node_id: int) -> bool:

@@ -205,6 +205,9 @@ class Simulation:
                     if required and not self._satisfied(kind):  # a fault not injected yet
                         later.append((now + events.FAULT_CHECK_S, kind, required))
                 elif required:
+                    joins_ahead = any(k == "join" and t > now for t, k, _ in due)
+                    if not joins_ahead and await events.make_room_for(self, kind):
+                        self.happened.add("join")
                     later.append((now + events.RETRY_S, kind, required))
             due = later
 
