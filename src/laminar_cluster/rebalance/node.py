@@ -15,10 +15,8 @@ until it leaves, is stopped or is fenced, in one TaskGroup:
   this process is recovering, holds `leader_work` and logs `rotated`);
 * `LeaderDuties` (seed v1, periodic checkpoint) and the `NodeMonitor` (log events on state
   changes);
-* graceful leave, once `request_leave()` is called (the CLI's SIGTERM/SIGINT): announce
-  `draining`, `wait_until_drained` (§4.17) and wait until the local engine runs an assignment
-  without this node, then write `left` and stop: exit 0. If the deadline passes first the node
-  stops without writing `left` (exit 4): its vnodes then move through the recovery path.
+* graceful leave (`node_leave`, §4.17), once `request_leave()` is called (the CLI's
+  SIGTERM/SIGINT): draining, drained, left, then stop (exit 0; exit 4 out of leave time).
 
 By default the engine is the `ControlEngine` (no data plane) with a `LeaderCheckpointer`. A
 runtime reuses this assembly without copying it (runtime.node.StreamNode does) through keyword
@@ -39,7 +37,6 @@ While a factory runs, `store`, `decisions` and `authority` are already set on th
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
@@ -51,14 +48,13 @@ from laminar_cluster.checkpoint.records import (
     LeaderProof,
 )
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import DeadlineExceeded, LaminarError, StoreUnavailable
+from laminar_cluster.errors import LaminarError
 from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaseManagerConfig
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership.discovery import Discovery
 from laminar_cluster.membership.leave import keep_renewed
 from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
-from laminar_cluster.membership.records import NodeState
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ControlEngine
 from laminar_cluster.rebalance.controller import StoreClusterController
@@ -71,19 +67,17 @@ from laminar_cluster.rebalance.loop import RebalanceLoop, rebalance_attempt
 from laminar_cluster.rebalance.node_config import VNODE_COUNT_DEFAULT, NodeConfig
 from laminar_cluster.rebalance.node_duties import LeaderDuties
 from laminar_cluster.rebalance.node_leadership import ManagedLeadership, leader_eligible
+from laminar_cluster.rebalance.node_leave import EXIT_LEAVE_TIMEOUT, EXIT_LEFT, GracefulLeave
 from laminar_cluster.rebalance.node_log import NodeLog
 from laminar_cluster.rebalance.node_monitor import NodeMonitor
 from laminar_cluster.rebalance.node_startup import acquire_lease, activate_lease, first_members
 from laminar_cluster.rebalance.node_stats import PurposeCountingStore, counting_as
-from laminar_cluster.rebalance.startup import wait_until_drained
 from laminar_cluster.rebalance.watcher import SnapshotWatcher
 from laminar_cluster.rebalance.watcher_publish import PlacementSink
 from laminar_cluster.store import ObjectStore
 
-EXIT_LEFT: Final = 0
 EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
 EXIT_FENCED: Final = 3
-EXIT_LEAVE_TIMEOUT: Final = 4
 EXIT_STARTUP_FAILED: Final = 5  # the startup deadline passed, or a store error no retry fixes
 STARTUP_TIMEOUT_S: Final = 30.0
 # How long tasks get to finish by themselves after shutdown before they are cancelled.
@@ -99,6 +93,11 @@ ExtraTasks = Callable[[RebalanceContext, asyncio.Event], Iterable[NodeTask]]
 StoreWrapper = Callable[[ObjectStore], ObjectStore]
 
 __all__ = [
+    "EXIT_FENCED",
+    "EXIT_LEAVE_TIMEOUT",
+    "EXIT_LEFT",
+    "EXIT_STARTUP_FAILED",
+    "EXIT_STOPPED",
     "VNODE_COUNT_DEFAULT",
     "CheckpointerFactory",
     "EngineFactory",
@@ -352,77 +351,16 @@ class RebalanceNode:
             task.cancel()
 
     async def _leave_when_asked(self, holder: ProcessLeaseHolder) -> None:
-        """§4.17 graceful exit: draining, no vnodes in an audited committed head, left."""
-        await _first_of(self.leave_requested, self.shutdown)
-        if self.shutdown.is_set():
-            return
-        self.log.write("leaving")
-        deadline = self.clock.monotonic() + self.config.leave_timeout_s
-        try:
-            await self._announce(holder, NodeState.DRAINING, deadline)
-            self.log.write("draining", term=holder.record.lease.term)
-            if await self._drained(deadline):
-                await self._announce(holder, NodeState.LEFT, deadline)
-                self.log.write("left", term=holder.record.lease.term)
-                self.exit_code = EXIT_LEFT
-            else:
-                self.log.write("leave_timeout", after_s=self.config.leave_timeout_s)
-                self.exit_code = EXIT_LEAVE_TIMEOUT
-        except DeadlineExceeded as error:
-            self.log.write("leave_timeout", error=str(error))
-            self.exit_code = EXIT_LEAVE_TIMEOUT
-        self.shutdown.set()
-
-    async def _announce(
-        self, holder: ProcessLeaseHolder, state: NodeState, deadline: float
-    ) -> None:
-        """Write `state` into the process lease, retrying store failures until `deadline`
-        (ProcessFenced, terminal, propagates)."""
-        pause_s = self.config.renew_interval_s / 4
-        attempts_max = math.ceil(max(0.0, deadline - self.clock.monotonic()) / pause_s) + 1
-        last: LaminarError | None = None
-        for _ in range(attempts_max):  # the deadline ends it first
-            try:
-                await holder.renew(deadline=deadline, state=state)
-                return
-            except (StoreUnavailable, DeadlineExceeded) as error:
-                last = error
-            if deadline - self.clock.monotonic() <= pause_s:
-                break
-            await self.clock.sleep(pause_s)
-        raise DeadlineExceeded(f"announcing {state.value} did not finish in time: {last}")
-
-    async def _drained(self, deadline: float) -> bool:
-        """No vnodes in an authority-audited committed head, and the local engine runs one."""
-        ctx, config, engine = self.ctx, self.config, self.engine
-        assert ctx is not None and engine is not None
-        drained = await wait_until_drained(
-            ctx.snapshots,
-            ctx.authority,
-            config.node_id,
-            config.vnode_count,
-            config.poll_s,
-            deadline,
-            self.clock,
-        )
-        while drained and config.node_id in engine.registry().owners:
-            remaining_s = deadline - self.clock.monotonic()
-            if remaining_s <= 0:
-                return False
-            await self.clock.sleep(min(config.poll_s / 4, remaining_s))
-        return drained
+        """§4.17 graceful exit (`node_leave`), then shutdown."""
+        assert self.ctx is not None and self.engine is not None
+        leave = GracefulLeave(holder, self.clock, self.config, self.log, self.ctx, self.engine)
+        exit_code = await leave.when_asked(self.leave_requested, self.shutdown)
+        if exit_code is not None:
+            self.exit_code = exit_code
+            self.shutdown.set()
 
 
 async def _as(purpose: str, work: Awaitable[None]) -> None:
     """Run `work` with its store requests counted under `purpose`."""
     counting_as(purpose)
     await work
-
-
-async def _first_of(first: asyncio.Event, second: asyncio.Event) -> None:
-    """Return once either event is set."""
-    async with asyncio.TaskGroup() as group:
-        waits = {group.create_task(first.wait()), group.create_task(second.wait())}
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for wait in waits:
-            wait.cancel()
