@@ -368,10 +368,10 @@ class SnapshotWatcher(WatcherState):
     ) -> None:
         """A recovery generation above the target of the drain this process acked makes that
         drain moot: recovery restores every owned vnode cold from its checkpoint, whatever the
-        drain's verdict was. Its sources are released (Abort; nothing to release when this process
-        already settled it as Commit) and the drain forgotten, instead
-        of settling it through an edge that recovery's prune may already have removed (the
-        predecessor of its terminal), which would wedge this follower below the head."""
+        drain's verdict was. Its sources are released (Abort; nothing is left to release when
+        this process already settled it as Commit) and the drain forgotten, instead of settling
+        it through an edge that recovery's prune may already have removed (the predecessor of
+        its terminal), which would wedge this follower below the head."""
         transition = self.active_local_drain
         if (
             transition is None
