@@ -19,6 +19,7 @@ from laminar_cluster.lease.assignment_decisions import (
     record_assignment_drain_decision,
 )
 from laminar_cluster.lease.records import AssignmentVerdict
+from laminar_cluster.rebalance import stopped_recovery
 from laminar_cluster.rebalance.control_engine import ControlEngine, ShuffleFenceState
 from laminar_cluster.rebalance.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.hooks import (
@@ -415,5 +416,55 @@ def test_stopped_recovery_round_after_an_ack_timeout_recovers_the_dead_owner() -
         assert recovered is not None and recovered.assignment_version == 3
         assert 2 not in recovered.owners
         assert {p.node_id for p in recovered.participants} <= {1, 3}
+
+    asyncio.run(main())
+
+
+def test_stopped_recovery_round_releases_a_drain_settled_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Simulation seeds 20287 and 23767: a round made the drain's Abort terminal durable and
+    then failed in its release step, so the leader stayed recovering. The terminal was later
+    applied locally (the watcher's settlement, here the release hook itself). The next round
+    finds the drain settled and the engine running it, and releases recovery mode; it used to
+    return on the non-draining head and leave the leader recovering for good, deferring every
+    later rotation."""
+
+    async def main() -> None:
+        scenario = await build((1, 2, 3), OWNERS)
+        cluster, ctx = scenario.cluster, scenario.ctx(1)
+        controller = cluster.controller(1)
+        await scenario.checkpoint(snapshot_fence(scenario.v1))
+        with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+            await drive(scenario.clock, try_rebalance(ctx, [1, 2, 3]))
+        draining = await cluster.snapshots.load()
+        assert draining is not None and draining.drain_transition is not None
+        assert controller.stopped_recovery_request() == draining.drain_transition
+        cluster.stop(2)
+        await cluster.advance(cluster.process_ttl_s * 2.5)
+
+        async def release_fails(*args: object, **kwargs: object) -> None:
+            raise RebalanceError("injected: release failed after the terminal was durable")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(
+                stopped_recovery, "settle_source_drain_before_recovery_release", release_fails
+            )
+            with pytest.raises(RebalanceError, match="injected"):
+                await run_stopped_recovery_round(ctx)
+        terminal = await cluster.snapshots.load()
+        assert terminal is not None and not terminal.draining and terminal.assignment_version == 2
+        assert controller.is_recovering()
+        await settle_source_drain_before_recovery_release(
+            ctx, snapshot_fence(terminal), deadline=ctx.head_deadline()
+        )
+        assert scenario.engine(1).registry().version == 2
+
+        assert await run_stopped_recovery_round(ctx) is None
+        assert not controller.is_recovering()
+        assert controller.stopped_recovery_request() is None
+        # The next attempt recovers the dead owner from the rollback.
+        live = controller.assignable_instances()
+        assert await try_rebalance(ctx, live) == 3
 
     asyncio.run(main())

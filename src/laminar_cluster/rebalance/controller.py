@@ -114,6 +114,7 @@ class StoreClusterController:
         self._observed = ObservedLeases()
         self._quarantine: set[tuple[int, str]] = set()
         self._recovering = False
+        self._stopped_recovery: AssignmentDrainTransition | None = None
         self._fault_requests = 0
         self._fence: CheckpointAssignmentFence | None = None
         self._transition: AssignmentDrainTransition | None = None
@@ -288,6 +289,14 @@ class StoreClusterController:
 
     def set_recovering(self, recovering: bool) -> None:
         self._recovering = recovering
+        if not recovering:
+            self._stopped_recovery = None
+
+    def request_stopped_recovery(self, transition: AssignmentDrainTransition) -> None:
+        self._stopped_recovery = transition
+
+    def stopped_recovery_request(self) -> AssignmentDrainTransition | None:
+        return self._stopped_recovery
 
     async def publish_local_recovery_fault(self, *, deadline: float) -> None:
         """Report a fault of this exact process term (a new request sequence per call)."""

@@ -214,6 +214,7 @@ async def _run_published_drain(
             await audit_exact_drain_head(ctx, drain, deadline=ctx.head_deadline())
         except LaminarError as error:
             raise RebalanceError(f"{reason}; drain is no longer authoritative: {error}") from error
+        ctx.controller.request_stopped_recovery(transition)
         try:
             await ensure_local_recovery_fault(ctx, deadline=ctx.head_deadline())
         except LaminarError as error:

@@ -27,7 +27,11 @@ durable head is draining:
    fenced owner.
 
 A failure in steps 2-4 leaves stopped recovery again but keeps the process recovering, so live
-finalization keeps yielding and the next round retries from the durable state. Every step is
+finalization keeps yielding and the next round retries from the durable state. A round that
+finds the drain already settled (its terminal durable, say, before a later step failed) and
+the local engine running the terminal or a later generation releases recovery mode at once
+(`_settled_before`); it used to return on the non-draining head and leave the leader
+recovering for good, deferring every later rotation. Every step is
 idempotent: fencing an already-fenced process, reconciling an existing terminal and resolving
 a resolved drain are all no-ops.
 """
@@ -71,6 +75,8 @@ async def run_stopped_recovery_round(ctx: RebalanceContext) -> int | None:
     controller = ctx.controller
     if not controller.is_leader() or not controller.is_recovering():
         return None
+    if _settled_before(ctx):
+        return None
     deadline = ctx.head_deadline()
     try:
         async with within_deadline(ctx.clock, deadline, "stopped recovery head read"):
@@ -107,6 +113,30 @@ async def run_stopped_recovery_round(ctx: RebalanceContext) -> int | None:
         settled,
     )
     return settled
+
+
+def _settled_before(ctx: RebalanceContext) -> bool:
+    """The drain this process requested stopped recovery for is already settled: an earlier
+    round made its terminal durable and then failed, or another leader settled it, and the
+    local engine runs that terminal (or a later generation; the watcher audited it and settled
+    the local source drain first). Nothing is left to coordinate: recovery mode is released,
+    which would otherwise defer every later rotation for good."""
+    requested = ctx.controller.stopped_recovery_request()
+    if requested is None:
+        return False
+    target_version = requested.target.assignment_version
+    running = ctx.engine.registry().version
+    if running < target_version:
+        return False
+    ctx.controller.set_recovering(False)
+    logger.warning(
+        "drain %d->%d was settled before its stopped recovery; the local engine runs "
+        "assignment %d: recovery mode released",
+        requested.predecessor.assignment_version,
+        target_version,
+        running,
+    )
+    return True
 
 
 async def unfenced_predecessor_processes(
