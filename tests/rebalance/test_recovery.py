@@ -139,6 +139,39 @@ def test_t48_replacement_process_aborts_then_recovers() -> None:
     run(body)
 
 
+def test_replacement_leader_materializes_a_decision_for_its_previous_boot() -> None:
+    """Simulation seed 33381: leader node 1 records the recovery decision for v2, which
+    certifies its own boot, and crashes before materializing it; its replacement boot is
+    elected. It materializes v2 without adopting it (§4.9 step 4 would refuse, and the head
+    stayed at v1 for good while node 1 kept the leadership), then recovers its previous boot
+    out of v2 like any replaced boot."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
+        v1 = await rc.head()
+        cut = await rc.checkpoint(1)
+        old = rc.proc(1)
+        await rc.die(2)
+        proposal = next_for_participants(v1, [1, 1], [old.me], now_ms=clock.wall_ms())
+        decided = await authorize_recovery_successor(old.ctx, v1, proposal, "node-2 died")
+        assert decided.target == snapshot_fence(proposal)
+        new = await rc.restart(1)
+        await rc.cluster.elect(1)
+
+        assert await try_rebalance(new.ctx, [1]) == 2
+        v2 = await rc.head()
+        assert v2 == proposal and v2.participants == (old.me,)
+        assert new.engine.registry().version == 0  # never runs its previous boot's generation
+
+        assert await try_rebalance(new.ctx, [1]) == 3
+        v3 = await rc.head()
+        assert v3.owners == (1, 1) and v3.participants == (new.me,)
+        assert new.engine.registry().version == 3
+        assert new.engine.recovery_checkpoint() == cut
+
+    run(body)
+
+
 def test_t49_renewing_predecessor_blocks_recovery() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)

@@ -149,16 +149,3 @@ def test_owner_lost_before_first_checkpoint_converges() -> None:
     result = run_simulation(simulation)
     if result.violations:
         raise AssertionError(result.failure_message())
-
-
-# Found by the long sweep (seeds 25000..), not yet fixed (docs/protocols/rebalance.md, "Known
-# liveness gap"). Strict: it flips to a failure once fixed.
-KNOWN_LIVENESS_SEEDS: tuple[int, ...] = (33381,)
-
-
-@pytest.mark.xfail(strict=True, reason="known liveness gap: a replacement-boot leader")
-@pytest.mark.parametrize("seed", KNOWN_LIVENESS_SEEDS)
-def test_known_liveness_gap(seed: int) -> None:
-    result = run_seed(seed)
-    if result.violations:
-        raise AssertionError(result.failure_message())

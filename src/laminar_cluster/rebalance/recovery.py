@@ -199,7 +199,9 @@ async def materialize_recovery_decision(
             raise RebalanceError(
                 f"recovery assignment {version}: the staged proposal is not the decided target"
             )
-        local_recovery_assignment_scope(proposal, ctx.me)
+        replaced = _certifies_previous_boot(proposal, ctx.me)
+        if not replaced:
+            local_recovery_assignment_scope(proposal, ctx.me)
         result = await materialize_assignment_recovery(ctx.authority, version, ctx.snapshots)
     durable = result.snapshot if isinstance(result, Rotated) else None
     if isinstance(result, Conflict):
@@ -208,6 +210,17 @@ async def materialize_recovery_decision(
         raise RebalanceError(
             f"recovery assignment {version}: the materialized winner is not the authorized proposal"
         )
+    if replaced:
+        # Deviation from §4.9 step 4 (which errs): the decision is durable and names our
+        # previous boot, so only writing its snapshot lets anyone move on; we never run it. The
+        # next attempt recovers that boot out of it like any replaced boot (T48).
+        logger.warning(
+            "recovery assignment %d certifies a previous boot of node-%d: materialized, not "
+            "adopted",
+            version,
+            ctx.me.node_id,
+        )
+        return version
     scope = await prepare_recovery_assignment_adoption(ctx, durable, deadline=deadline)
     cut = recovery_cut(decision.recovery_checkpoint) if scope is RecoveryScope.PARTICIPANT else None
     await ctx.engine.adopt_recovery_assignment(durable, cut, deadline=deadline)
@@ -218,6 +231,12 @@ async def materialize_recovery_decision(
     except DeadlineExceeded as error:  # best effort (§9 "Pruning"); the next rotation retries
         logger.warning("recovery assignment %d: prune incomplete: %s", version, error)
     return version
+
+
+def _certifies_previous_boot(snapshot: AssignmentSnapshot, me: FenceParticipant) -> bool:
+    """Does `snapshot` certify another boot of this node (this process replaced it)?"""
+    certified = snapshot_fence(snapshot).participant_incarnation(me.node_id)
+    return certified is not None and certified != me.boot_incarnation
 
 
 async def reconcile_pending_recovery_decision(
