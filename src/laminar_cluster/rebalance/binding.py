@@ -24,6 +24,12 @@ def assignment_binds_local_process(snapshot: AssignmentSnapshot, me: FencePartic
     return certified is None
 
 
+def certifies_another_boot(snapshot: AssignmentSnapshot, me: FenceParticipant) -> bool:
+    """Does `snapshot` certify another boot of this node (this process replaced it)?"""
+    certified = snapshot_fence(snapshot).participant_incarnation(me.node_id)
+    return certified is not None and certified != me.boot_incarnation
+
+
 def local_recovery_assignment_scope(
     snapshot: AssignmentSnapshot, me: FenceParticipant
 ) -> RecoveryScope:

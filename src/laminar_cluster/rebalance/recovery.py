@@ -48,7 +48,11 @@ from laminar_cluster.rebalance.audits import (
     AuditedAssignmentAuthority,
     audit_snapshot_authority_outcome,
 )
-from laminar_cluster.rebalance.binding import RecoveryScope, local_recovery_assignment_scope
+from laminar_cluster.rebalance.binding import (
+    RecoveryScope,
+    certifies_another_boot,
+    local_recovery_assignment_scope,
+)
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.finalize import prune_after
 from laminar_cluster.rebalance.gates import (
@@ -199,7 +203,7 @@ async def materialize_recovery_decision(
             raise RebalanceError(
                 f"recovery assignment {version}: the staged proposal is not the decided target"
             )
-        replaced = _certifies_previous_boot(proposal, ctx.me)
+        replaced = certifies_another_boot(proposal, ctx.me)
         if not replaced:
             local_recovery_assignment_scope(proposal, ctx.me)
         result = await materialize_assignment_recovery(ctx.authority, version, ctx.snapshots)
@@ -231,12 +235,6 @@ async def materialize_recovery_decision(
     except DeadlineExceeded as error:  # best effort (§9 "Pruning"); the next rotation retries
         logger.warning("recovery assignment %d: prune incomplete: %s", version, error)
     return version
-
-
-def _certifies_previous_boot(snapshot: AssignmentSnapshot, me: FenceParticipant) -> bool:
-    """Does `snapshot` certify another boot of this node (this process replaced it)?"""
-    certified = snapshot_fence(snapshot).participant_incarnation(me.node_id)
-    return certified is not None and certified != me.boot_incarnation
 
 
 async def reconcile_pending_recovery_decision(
