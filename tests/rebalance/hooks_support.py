@@ -4,7 +4,8 @@ A `Scenario` is a `cluster_support.Cluster` plus one `ControlEngine` and one
 `RebalanceContext` per node. `install` stands in for the snapshot watcher's publication
 (§4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
-simulated clock, for code that sleeps or waits on deadlines.
+simulated clock, for code that sleeps or waits on deadlines; `with_watchers` runs a coroutine
+while every node's real snapshot watcher ticks and every running lease is renewed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ControlEngine
 from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.watcher import SnapshotWatcher
 from laminar_cluster.store import (
     GetResult,
     ObjectMeta,
@@ -184,6 +186,31 @@ async def drive(
     if failure:
         raise failure[0]
     return cast(T, task.result())
+
+
+async def with_watchers(scenario: Scenario, work: Awaitable[T], *, renew_s: float = 0.25) -> T:
+    """Run `work` (under `drive`) while every node runs its `SnapshotWatcher` and every
+    running node's process lease is renewed and its membership view refreshed each `renew_s`."""
+    stop = asyncio.Event()
+    cluster = scenario.cluster
+
+    async def renew() -> None:
+        while not stop.is_set():
+            await scenario.clock.sleep(renew_s)
+            await cluster.renew()
+            await cluster.refresh()
+
+    async def body() -> T:
+        async with asyncio.TaskGroup() as group:
+            for node_id in sorted(scenario.contexts):
+                group.create_task(SnapshotWatcher(scenario.ctx(node_id)).run(stop))
+            group.create_task(renew())
+            try:
+                return await work
+            finally:
+                stop.set()
+
+    return await drive(scenario.clock, body())
 
 
 async def listing(store: ObjectStore) -> list[tuple[str, str | None, int]]:

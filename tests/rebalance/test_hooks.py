@@ -11,6 +11,7 @@ import pytest
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.model import next_draining, next_for_participants, snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.assignment.rendezvous import rendezvous_assignment
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.lease.assignment_decisions import (
     DecisionCreated,
@@ -27,11 +28,20 @@ from laminar_cluster.rebalance.hooks import (
     settle_stopped_source_drain_after_recovery_quorum,
 )
 from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.loop import rebalance_attempt
 from laminar_cluster.rebalance.planner import try_rebalance
 from laminar_cluster.rebalance.startup import startup_committed_assignment, wait_until_drained
 from laminar_cluster.rebalance.stopped_recovery import run_stopped_recovery_round
 from laminar_cluster.store import open_store
-from tests.rebalance.hooks_support import CONFIG, Scenario, StalledListStore, build, drive, listing
+from tests.rebalance.hooks_support import (
+    CONFIG,
+    Scenario,
+    StalledListStore,
+    build,
+    drive,
+    listing,
+    with_watchers,
+)
 
 OWNERS = (1, 2, 1, 2)
 
@@ -466,5 +476,42 @@ def test_stopped_recovery_round_releases_a_drain_settled_before_it(
         # The next attempt recovers the dead owner from the rollback.
         live = controller.assignable_instances()
         assert await try_rebalance(ctx, live) == 3
+
+    asyncio.run(main())
+
+
+def test_deposed_leader_left_recovering_follows_and_releases_when_it_leads_again() -> None:
+    """A leader that misses an ack quorum and then loses leadership keeps its recovering flag
+    as a follower (stopped-recovery rounds run on the leader only). The next leader rolls the
+    drain back; the old leader's watcher follows with open intake; when it leads again, its
+    first attempt releases recovery mode (the drain it asked recovery for is settled and its
+    engine runs the rollback) and the rotation it had opened then commits."""
+
+    async def main() -> None:
+        scenario = await build((1, 2, 3), OWNERS)
+        cluster, controller = scenario.cluster, scenario.cluster.controller(1)
+        await scenario.checkpoint(snapshot_fence(scenario.v1))
+        with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+            await drive(scenario.clock, try_rebalance(scenario.ctx(1), [1, 2, 3]))
+        assert controller.is_recovering() and controller.stopped_recovery_request() is not None
+
+        async def rounds() -> tuple[int | None, int | None]:
+            await cluster.elect(3, driven=True)
+            rollback = await rebalance_attempt(scenario.ctx(3), [1, 2, 3])
+            await scenario.clock.sleep(1.0)  # the watchers adopt the rollback
+            assert scenario.engine(1).registry().version == 2
+            assert not scenario.engine(1).cluster_intake_fenced()
+            await cluster.elect(1, driven=True)
+            rotation = await rebalance_attempt(scenario.ctx(1), [1, 2, 3])
+            await scenario.clock.sleep(1.0)
+            return rollback, rotation
+
+        rollback, rotation = await with_watchers(scenario, rounds())
+        assert (rollback, rotation) == (2, 3)
+        head = await cluster.snapshots.load()
+        assert head is not None and not head.draining
+        assert list(head.owners) == rendezvous_assignment(len(OWNERS), [1, 2, 3])
+        assert not controller.is_recovering() and controller.stopped_recovery_request() is None
+        assert all(scenario.engine(n).registry().version == 3 for n in (1, 2, 3))
 
     asyncio.run(main())
