@@ -668,3 +668,39 @@ def test_recovery_above_a_drain_settled_as_commit_here_clears_it() -> None:
         assert follower.engine.owned_source_drain_resolved(round_id, COMMIT)  # not overturned
 
     run(body)
+
+
+def test_recovery_above_a_drain_its_watcher_never_acked_releases_the_engines_open_drain() -> None:
+    """Seed 80914: a leader's own rotation prepared its local drain (its watcher never acked
+    it: the leader was deposed first); the next leader settled the drain and recovered above
+    it before this watcher saw the terminal. The watcher releases the drain the engine still
+    holds open and follows the recovery; it used to keep the sources stopped for it, so every
+    later drain failed to prepare ("local sources are stopped for drain 1->2") and the
+    cluster wedged on the next draining head."""
+
+    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
+        cluster = await started(clock, store)
+        deposed = cluster.proc(2)
+        await cluster.checkpoint()
+        drain = await cluster.publish_drain(V2_OWNERS)
+        transition = drain.drain_transition
+        assert transition is not None
+        await deposed.engine.prepare_local_source_drain(
+            transition, deposed.engine.participant, deadline=cluster.deadline()
+        )
+        assert deposed.watcher.active_local_drain is None
+        assert deposed.engine.open_source_drain() == transition
+        assert await cluster.finalize(drain, COMMIT) == 2
+        await cluster.tick(1)
+        await cluster.leave(3)
+        leader = cluster.proc(1)
+        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 3
+        await cluster.tick(2)
+        assert deposed.engine.open_source_drain() is None
+        # Released (Abort resumes the stopped sources); the recovery restores every owned
+        # vnode cold from its checkpoint, so the drain's own verdict no longer matters here.
+        assert deposed.engine.owned_source_drain_resolved(drain_id(transition), ABORT)
+        assert deposed.engine.registry().version == 3
+        assert deposed.engine.call_count("adopt_recovery_assignment") == 1
+
+    run(body)

@@ -48,6 +48,12 @@ class SourceDrainLedger:
         """The prepared, unresolved round whose sources are stopped."""
         return self._open
 
+    def open_transition(self) -> AssignmentDrainTransition | None:
+        """The transition of `open_round` (a prepared round always has one)."""
+        if self._open is None:
+            return None
+        return self._receipts[self._open].transition
+
     def prepare(self, round_: AssignmentDrainId, transition: AssignmentDrainTransition) -> None:
         if round_ in self._receipts:
             return  # idempotent per transition (the rotation and the watcher both call it)

@@ -328,6 +328,9 @@ class ControlEngine:
     ) -> bool:
         return self.drains.resolved(drain, outcome)
 
+    def open_source_drain(self) -> AssignmentDrainTransition | None:
+        return self.drains.open_transition()
+
     def stopped_terminal_round(
         self, predecessor: CheckpointAssignmentFence
     ) -> AssignmentDrainId | None:

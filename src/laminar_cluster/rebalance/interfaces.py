@@ -217,6 +217,11 @@ class RebalanceEngine(Protocol):
         self, drain: AssignmentDrainId, outcome: SourceDrainOutcome
     ) -> bool: ...
 
+    def open_source_drain(self) -> AssignmentDrainTransition | None:
+        """The prepared, unresolved drain whose local sources are stopped, if any (whoever
+        prepared it: the watcher's ack or this process's own rotation as leader)."""
+        ...
+
     def stopped_terminal_round(
         self, predecessor: CheckpointAssignmentFence
     ) -> AssignmentDrainId | None:

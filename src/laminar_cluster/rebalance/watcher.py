@@ -371,8 +371,15 @@ class SnapshotWatcher(WatcherState):
         drain's verdict was. Its sources are released (Abort; nothing is left to release when
         this process already settled it as Commit) and the drain forgotten, instead of settling
         it through an edge that recovery's prune may already have removed (the predecessor of
-        its terminal), which would wedge this follower below the head."""
-        transition = self.active_local_drain
+        its terminal), which would wedge this follower below the head.
+
+        The drain is the one this watcher acked or, when it acked none, the one the engine
+        still holds open: a leader's own rotation prepares its local drain itself, and a
+        leader deposed before its watcher acked, whose successor settled the drain and
+        recovered above it before this watcher saw the terminal, would otherwise keep its
+        sources stopped for it and refuse to prepare every later drain (simulation seed
+        80914)."""
+        transition = self.active_local_drain or self.ctx.engine.open_source_drain()
         if (
             transition is None
             or not outcome.is_recovery
