@@ -22,6 +22,7 @@ from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
+from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.control_engine import ShuffleFenceState
 from laminar_cluster.rebalance.interfaces import INITIAL_STATE, ShuffleNotReady, SourceDrainOutcome
@@ -635,6 +636,27 @@ def test_recovery_head_participant_restores_the_initial_state() -> None:
     run(body)
 
 
+async def drain_then_recovery_above_it(
+    cluster: WatchedCluster, before_terminal: Callable[[AssignmentDrainTransition], Awaitable[None]]
+) -> AssignmentDrainTransition:
+    """Drain v1 -> V2_OWNERS; `before_terminal` runs while it is the draining head; the leader
+    commits it (v2), then sheds the target owner 3 by recovery (v3). Node 2 has not ticked
+    since `before_terminal`."""
+    await cluster.checkpoint()
+    drain = await cluster.publish_drain(V2_OWNERS)
+    transition = drain.drain_transition
+    assert transition is not None
+    await before_terminal(transition)
+    assert await cluster.finalize(drain, COMMIT) == 2
+    await cluster.tick(1)
+    await cluster.leave(3)  # a target owner leaves: the leader sheds it by recovery
+    leader = cluster.proc(1)
+    assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 3
+    head = await cluster.cluster.snapshots.load()
+    assert head is not None and head.assignment_version == 3
+    return transition
+
+
 def test_recovery_above_a_drain_settled_as_commit_here_clears_it() -> None:
     """Seed 965: this follower resolved its acked drain as Commit, then the head moved to a
     recovery generation above the drain's target before its watcher cleared the drain. The
@@ -644,28 +666,21 @@ def test_recovery_above_a_drain_settled_as_commit_here_clears_it() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         follower = cluster.proc(2)
-        await cluster.checkpoint()
-        drain = await cluster.publish_drain(V2_OWNERS)
-        transition = drain.drain_transition
-        assert transition is not None
-        await cluster.settle()  # every predecessor acks
-        assert follower.watcher.active_local_drain == transition
-        round_id = drain_id(transition)
-        await follower.engine.resolve_local_source_drain(
-            round_id, COMMIT, deadline=cluster.deadline()
-        )
-        assert await cluster.finalize(drain, COMMIT) == 2
-        await cluster.tick(1)
-        await cluster.leave(3)  # a target owner leaves: the leader sheds it by recovery
-        leader = cluster.proc(1)
-        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 3
-        head = await cluster.cluster.snapshots.load()
-        assert head is not None and head.assignment_version == 3
+
+        async def ack_and_commit_here(transition: AssignmentDrainTransition) -> None:
+            await cluster.settle()  # every predecessor acks
+            assert follower.watcher.active_local_drain == transition
+            await follower.engine.resolve_local_source_drain(
+                drain_id(transition), COMMIT, deadline=cluster.deadline()
+            )
+
+        transition = await drain_then_recovery_above_it(cluster, ack_and_commit_here)
         await cluster.tick(2)
         assert follower.watcher.active_local_drain is None
         assert follower.engine.registry().version == 3
         assert follower.engine.call_count("adopt_recovery_assignment") == 1
-        assert follower.engine.owned_source_drain_resolved(round_id, COMMIT)  # not overturned
+        # Not overturned.
+        assert follower.engine.owned_source_drain_resolved(drain_id(transition), COMMIT)
 
     run(body)
 
@@ -681,20 +696,15 @@ def test_recovery_above_a_drain_its_watcher_never_acked_releases_the_engines_ope
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         deposed = cluster.proc(2)
-        await cluster.checkpoint()
-        drain = await cluster.publish_drain(V2_OWNERS)
-        transition = drain.drain_transition
-        assert transition is not None
-        await deposed.engine.prepare_local_source_drain(
-            transition, deposed.engine.participant, deadline=cluster.deadline()
-        )
-        assert deposed.watcher.active_local_drain is None
-        assert deposed.engine.open_source_drain() == transition
-        assert await cluster.finalize(drain, COMMIT) == 2
-        await cluster.tick(1)
-        await cluster.leave(3)
-        leader = cluster.proc(1)
-        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 3
+
+        async def prepare_as_its_own_rotation(transition: AssignmentDrainTransition) -> None:
+            await deposed.engine.prepare_local_source_drain(
+                transition, deposed.engine.participant, deadline=cluster.deadline()
+            )
+            assert deposed.watcher.active_local_drain is None
+            assert deposed.engine.open_source_drain() == transition
+
+        transition = await drain_then_recovery_above_it(cluster, prepare_as_its_own_rotation)
         await cluster.tick(2)
         assert deposed.engine.open_source_drain() is None
         # Released (Abort resumes the stopped sources); the recovery restores every owned
