@@ -15,15 +15,15 @@ from laminar_cluster.assignment.audit import AuthorityDecisions, audit_authority
 from laminar_cluster.assignment.model import committed_target, next_draining, validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
-from laminar_cluster.checkpoint.records import FenceParticipant
-from laminar_cluster.lease.assignment_decisions import (
+from laminar_cluster.authority.assignment_decisions import (
     DecisionCreated,
     materialize_assignment_recovery,
     new_drain_decision,
 )
+from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
 from laminar_cluster.store import ObjectStore
-from tests.lease.assignment_support import cref, leader, pfence, rec_drain, rec_recovery
+from tests.authority.assignment_support import cref, leader, pfence, rec_drain, rec_recovery
 from tests.lease.pausing_store import boot
 
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])

@@ -1,5 +1,5 @@
 """`laminar-cluster lease` and `laminar-cluster authority` (cli/lease_view.py,
-cli/authority_audit.py; spec_leader_lease §2-§3, §4.1; invariants S1-S4, S11, S12, S19-S21).
+views/authority_audit.py; spec_leader_lease §2-§3, §4.1; invariants S1-S4, S11, S12, S19-S21).
 
 The commands run in-process (`run_lease`, `run_authority`) against a file:// store holding a
 history of three terms (a token rotation and a takeover), outcomes, a fault and its release, a
@@ -17,31 +17,36 @@ from typing import Any
 import msgspec
 import pytest
 
-from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointVerdict, Created
-from laminar_cluster.cli.authority_audit import audit_authority
-from laminar_cluster.cli.lease_view import run_authority, run_lease, view_lease
-from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.codec import encode
-from laminar_cluster.lease.assignment_decisions import (
+from laminar_cluster.authority.assignment_decisions import (
     DecisionCreated,
     record_assignment_drain_decision,
 )
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.catalog import seal_catalog
-from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
-from laminar_cluster.lease.log import read_record
-from laminar_cluster.lease.paths import RECORDS_PREFIX, record_path
-from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease
-from laminar_cluster.lease.recovery_faults import record_recovery_fault, recovery_fault_inventory
-from laminar_cluster.lease.recovery_release import (
+from laminar_cluster.authority.catalog import seal_catalog
+from laminar_cluster.authority.cluster_outcomes import record_cluster_outcome
+from laminar_cluster.authority.recovery_faults import (
+    record_recovery_fault,
+    recovery_fault_inventory,
+)
+from laminar_cluster.authority.recovery_release import (
     record_recovery_release_commit,
     stage_recovery_release_terminal,
 )
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import CheckpointVerdict, Created
+from laminar_cluster.cli.lease_view import run_authority, run_lease
+from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.codec import encode
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
+from laminar_cluster.lease.log import read_record
+from laminar_cluster.lease.paths import RECORDS_PREFIX, record_path
+from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease
 from laminar_cluster.lease.validate import encode_record
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
+from laminar_cluster.views.authority_audit import audit_authority
+from laminar_cluster.views.lease import view_lease
+from tests.authority.assignment_support import drain
+from tests.authority.recovery_support import manifest_of, publisher, round_of, terminal_of
 from tests.checkpoint.test_capsule import FENCE, make_capsule
-from tests.lease.assignment_support import drain
 from tests.lease.pausing_store import (
     A,
     B,
@@ -53,7 +58,6 @@ from tests.lease.pausing_store import (
     record_at,
     set_pointer,
 )
-from tests.lease.recovery_support import manifest_of, publisher, round_of, terminal_of
 
 FUTURE_WALL_MS = 4_000_000_000_000  # 2096: the head's diagnostic expiry lies ahead of "now"
 

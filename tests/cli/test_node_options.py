@@ -5,9 +5,9 @@ from __future__ import annotations
 import inspect
 
 from laminar_cluster.cli import main
-from laminar_cluster.cli.bench_rebalance_fleet import NodeTimings
-from laminar_cluster.cli.demo_run import REMOTE_TIMINGS, TIMINGS, timings_for
-from laminar_cluster.rebalance.node_config import VNODE_COUNT_DEFAULT
+from laminar_cluster.harness.demo_run import REMOTE_TIMINGS, TIMINGS, timings_for
+from laminar_cluster.harness.fleet import NodeTimings
+from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.node import StreamNodeConfig
 

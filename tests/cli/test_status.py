@@ -1,4 +1,4 @@
-"""`laminar-cluster status` (cli/status.py, cli/status_view.py): leader and token, members,
+"""`laminar-cluster status` (cli/status.py, views/status.py): leader and token, members,
 assignment head and vnodes per node, last committed checkpoint with its age, source lag; on an
 empty store and on a cluster built with the real modules (tests/rebalance/scenario.py); never
 creates, changes or deletes an object."""
@@ -14,18 +14,20 @@ import pytest
 from rich.console import Console
 
 from laminar_cluster.assignment.paths import snapshot_path
-from laminar_cluster.cli.status import _watch, render, run_status, status_once
-from laminar_cluster.cli.status_view import (
+from laminar_cluster.cli.status import _watch, run_status
+from laminar_cluster.clock import RealClock, SimulatedClock
+from laminar_cluster.errors import CorruptRecord, NotSupported
+from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
+from laminar_cluster.views.status import (
     ReadOnlyStore,
     StatusReader,
     StatusView,
     listed_partitions,
+    status_once,
 )
-from laminar_cluster.clock import RealClock, SimulatedClock
-from laminar_cluster.errors import CorruptRecord, NotSupported
-from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
+from laminar_cluster.views.status_render import render
 from tests.rebalance.cluster_support import PROCESS_TTL_S
 from tests.rebalance.scenario import Scenario
 

@@ -30,7 +30,7 @@ from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner

@@ -18,6 +18,18 @@ import msgspec
 import pytest
 
 from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.authority.assignment_decisions import (
+    DecisionCreated,
+    new_recovery_decision,
+    record_assignment_recovery_decision,
+)
+from laminar_cluster.authority.cluster_outcomes import (
+    cluster_outcome_retention_boundary,
+    cluster_outcome_with_recovery_capsule,
+    cluster_outcomes,
+    highest_cluster_committed_outcome,
+    prune_cluster_outcomes_before,
+)
 from laminar_cluster.checkpoint.records import CheckpointOutcome, CheckpointVerdict
 from laminar_cluster.coordinator.artifact_floor import (
     ArtifactFloorKeeper,
@@ -35,18 +47,6 @@ from laminar_cluster.coordinator.records import CheckpointPrepare, SinkCommit
 from laminar_cluster.coordinator.restore import load_cuts
 from laminar_cluster.coordinator.sink_commits import read_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
-from laminar_cluster.lease.assignment_decisions import (
-    DecisionCreated,
-    new_recovery_decision,
-    record_assignment_recovery_decision,
-)
-from laminar_cluster.lease.cluster_outcomes import (
-    cluster_outcome_retention_boundary,
-    cluster_outcome_with_recovery_capsule,
-    cluster_outcomes,
-    highest_cluster_committed_outcome,
-    prune_cluster_outcomes_before,
-)
 from laminar_cluster.lease.records import (
     AssignmentSnapshotRef,
     ProcessLease,
@@ -62,9 +62,9 @@ from laminar_cluster.runtime.output import (
 )
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore
 from tests.assignment.snapshot_support import participant, snapshot
+from tests.authority.assignment_support import FakeSnapshots
 from tests.cli.test_commands import COMMAND
 from tests.coordinator.support import POLL_S, Cluster, FakeHost, expected_cut, make_cluster
-from tests.lease.assignment_support import FakeSnapshots
 
 SMALL = ArtifactFloorPolicy(retained_commits=2, trigger_commits=4)
 BOUND = 6  # the authority's live Commit bound in these tests (the spec's is 4,096)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAttempt,
@@ -29,8 +30,7 @@ from laminar_cluster.coordinator.paths import (
     prepare_path,
 )
 from laminar_cluster.coordinator.records import CheckpointPrepare, ParticipantManifest
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import cluster_outcome
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.store import CREATE, open_store
 from laminar_cluster.store.counting import CountingStore

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointAttempt, RecoveryCapsuleRef
 from laminar_cluster.coordinator.host import VnodeCut
 from laminar_cluster.coordinator.objects import (
@@ -22,7 +23,6 @@ from laminar_cluster.coordinator.objects import (
 from laminar_cluster.coordinator.paths import manifest_path, partial_path
 from laminar_cluster.coordinator.restore import load_cuts, load_outputs
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
-from laminar_cluster.lease.cluster_outcomes import cluster_outcome
 from laminar_cluster.store import OVERWRITE
 from tests.coordinator.support import Cluster, expected_cut, make_cluster
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.coordinator.paths import ATTEMPTS_PREFIX, AttemptObject, parse_attempt_object
 from laminar_cluster.coordinator.retention import AttemptRetention, RetentionStep
-from laminar_cluster.lease.cluster_outcomes import cluster_outcome
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.runtime.output import read_committed_output
 from tests.coordinator.support import Cluster, make_cluster

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 import pytest
 
+from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointOutcome, FenceParticipant
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
@@ -22,7 +23,6 @@ from laminar_cluster.coordinator.sink_commits import (
     write_sink_commit,
 )
 from laminar_cluster.errors import CorruptRecord
-from laminar_cluster.lease.cluster_outcomes import cluster_outcome
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from tests.coordinator.support import POLL_S, Cluster, make_cluster
 

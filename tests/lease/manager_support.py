@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import CorruptRecord, Fenced, InvalidArgument, LaminarError
-from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.candidacy import CandidacyWatch
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.manager import (
     LeaderLeaseAuthority,
     LeaderLeaseManager,

@@ -18,7 +18,7 @@ from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.errors import WriteOutcomeUnknown
 from laminar_cluster.lease import log
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired, Held, LeaderLeaseObservation, LeaseOutcome
 from laminar_cluster.lease.paths import HEAD_PATH, RECORDS_PREFIX, parse_record_path, record_path
 from laminar_cluster.lease.records import (

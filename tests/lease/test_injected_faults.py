@@ -19,6 +19,7 @@ import random
 
 import pytest
 
+from laminar_cluster.authority.cluster_outcomes import record_cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
@@ -37,8 +38,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import record_cluster_outcome
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.log import load_published_head, read_record
 from laminar_cluster.lease.outcomes import Acquired, LeaderLeaseObservation
 from laminar_cluster.lease.records import LeaderLeaseOwner

@@ -17,7 +17,7 @@ import pytest
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, StoreUnavailable
 from laminar_cluster.lease import log
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_AUTHORITY_RECORD_BYTES
 from laminar_cluster.lease.log import VersionedPointer
 from laminar_cluster.lease.outcomes import AppendContended, AppendCreated, AppendExistingIdentical

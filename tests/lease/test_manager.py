@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from laminar_cluster.lease.authority import LeaderLeaseStore
 from laminar_cluster.lease.candidacy import CandidacyWatch
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.manager import (
     LeaderLeaseManager,
 )

@@ -33,7 +33,7 @@ class FakeController:
 
 @dataclass
 class BareEngine:
-    """Only `registry()`: the rebalance `ControlEngine`'s shape."""
+    """Only `registry()`: the rebalance `BaseEngine`'s shape."""
 
     snapshot: RegistrySnapshot
 

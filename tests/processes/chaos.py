@@ -45,14 +45,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from laminar_cluster.cli.bench_rebalance_fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
-from laminar_cluster.cli.demo_check import CheckResult, check_exactly_once
-from laminar_cluster.cli.demo_producer import GatedEventLog, produce_gated
-from laminar_cluster.cli.status import event_log_opener
-from laminar_cluster.cli.status_view import StatusReader
 from laminar_cluster.clock import RealClock
-from laminar_cluster.runtime.workload import Workload, expected_aggregates
+from laminar_cluster.harness.exactly_once import CheckResult, check_exactly_once
+from laminar_cluster.harness.fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
+from laminar_cluster.harness.producer import GatedEventLog, produce_gated
+from laminar_cluster.harness.workload import Workload, expected_aggregates
 from laminar_cluster.store import open_store
+from laminar_cluster.views.status import StatusReader, event_log_opener
 
 TIMINGS = STREAM_NODE_TIMINGS
 EXIT_FENCED = 3

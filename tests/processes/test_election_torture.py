@@ -1,6 +1,6 @@
 """Election torture with real processes (spec_leader_lease §4.9, §6; invariants S4, S5, S8).
 
-Contender processes (`laminar_cluster.lease.contender`, each its own interpreter) share one
+Contender processes (`laminar_cluster.harness.contender`, each its own interpreter) share one
 store. A seeded chaos loop SIGSTOPs contenders (the current leader more often than not) for
 0.2-3 s, SIGKILLs them and restarts them, while every leader records a cluster Abort every
 0.3 s. At the end every process is stopped and `torture_checker` proves from the logs and the
@@ -27,11 +27,12 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
-from laminar_cluster.cli.bench_failover import ContenderFleet
-from laminar_cluster.lease import contender
-from laminar_cluster.lease.contender import EXIT_OK, EXIT_STORE_REFUSED, run_contender
+from laminar_cluster.bench.failover import ContenderFleet
+from laminar_cluster.harness import contender
+from laminar_cluster.harness.contender import EXIT_OK, EXIT_STORE_REFUSED, run_contender
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLeaseOwner
 from laminar_cluster.store import open_store
+from tests.lease.builders import OWNER, abort, lease, uid
 from tests.processes.torture_checker import (
     Belief,
     Decision,
@@ -44,7 +45,6 @@ from tests.processes.torture_checker import (
     check_durable_tokens,
 )
 from tests.support.scripted_store import ScriptedStore
-from tests.unit.lease.builders import OWNER, abort, lease, uid
 
 PAUSE_MIN_S, PAUSE_MAX_S = 0.2, 3.0
 RESTART_DELAY_MAX_S = 1.0

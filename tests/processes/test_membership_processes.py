@@ -32,7 +32,7 @@ WAIT_S = 15.0
 class Node:
     def __init__(self, url: str, node: int, log: Path) -> None:
         self.node, self.log = node, log
-        command = [sys.executable, "-m", "laminar_cluster.membership.node_main"]
+        command = [sys.executable, "-m", "laminar_cluster.harness.membership_node"]
         command += ["--store", url, "--node-id", str(node), "--log", str(log)]
         command += ["--ttl", str(TTL_S), "--renew", str(RENEW_S), "--poll", str(POLL_S)]
         self.process = subprocess.Popen(

@@ -4,7 +4,7 @@ file:// store: exactly once through a join, a SIGKILL of the leader and a gracef
 
 `laminar-cluster produce` writes the deterministic workload; three nodes run it until the
 committed output (`runtime.output.read_committed_output`, the Commit-only reader) equals the
-workload's independently folded aggregates (`runtime.workload.expected_aggregates`). Then a
+workload's independently folded aggregates (`harness.workload.expected_aggregates`). Then a
 fourth node joins, the leader is SIGKILLed and another node SIGTERMed while more events are
 produced, and the committed output must again equal the expected aggregates: no key's count or
 sum off by anything. While waiting, no key's committed count may ever exceed its expected count
@@ -27,15 +27,15 @@ from pathlib import Path
 import pytest
 
 from laminar_cluster.assignment.rendezvous import rendezvous_assignment
-from laminar_cluster.cli.bench_rebalance_fleet import NodeFleet, NodeTimings, Run, committed_head
 from laminar_cluster.clock import RealClock
+from laminar_cluster.harness.fleet import NodeFleet, NodeTimings, Run, committed_head
+from laminar_cluster.harness.workload import Aggregates, Workload, expected_aggregates
 from laminar_cluster.runtime.output import (
     aggregate_committed,
     decode_aggregate_records,
     open_output_authority,
     read_committed_output,
 )
-from laminar_cluster.runtime.workload import Aggregates, Workload, expected_aggregates
 from laminar_cluster.store import ObjectStore, open_store
 
 VNODES = 256

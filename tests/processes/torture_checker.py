@@ -13,7 +13,7 @@ prove (spec_leader_lease §4.9, §5 S4, S5, S8).
    contender logged as Created or Unchanged is admitted with its epoch and proof.
 4. Enough takeovers happened for the run to mean something.
 
-Logs are the contender's JSON lines (`laminar_cluster.lease.contender`), one file per node,
+Logs are the contender's JSON lines (`laminar_cluster.harness.contender`), one file per node,
 appended across restarts; each `start` event opens a new run (a new boot).
 """
 

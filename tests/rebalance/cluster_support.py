@@ -28,11 +28,11 @@ from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import FenceParticipant, LeaderProof
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership import Discovery, ProcessLeaseHolder, activate
-from laminar_cluster.rebalance.controller import FixedLeadership, StoreClusterController
+from laminar_cluster.rebalance.cluster.controller import FixedLeadership, StoreClusterController
 from laminar_cluster.store import ObjectStore
 
 PROCESS_TTL_S = 10.0

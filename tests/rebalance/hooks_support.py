@@ -1,6 +1,6 @@
 """Builders for the coordinated-recovery hook scenarios (spec_rebalance §4.17, §4.18, T65-T72).
 
-A `Scenario` is a `cluster_support.Cluster` plus one `ControlEngine` and one
+A `Scenario` is a `cluster_support.Cluster` plus one `BaseEngine` and one
 `RebalanceContext` per node. `install` stands in for the snapshot watcher's publication
 (§4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
@@ -18,15 +18,15 @@ from typing import TypeVar, cast
 from laminar_cluster.assignment.model import next_draining, snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.control_engine import ControlEngine
-from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
-from laminar_cluster.rebalance.watcher import SnapshotWatcher
+from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import (
     GetResult,
     ObjectMeta,
@@ -44,7 +44,7 @@ CONFIG = RebalanceConfig.test_preset()
 @dataclass
 class Scenario:
     cluster: Cluster
-    engines: dict[int, ControlEngine]
+    engines: dict[int, BaseEngine]
     contexts: dict[int, RebalanceContext]
     v1: AssignmentSnapshot
 
@@ -59,7 +59,7 @@ class Scenario:
     def ctx(self, node_id: int) -> RebalanceContext:
         return self.contexts[node_id]
 
-    def engine(self, node_id: int) -> ControlEngine:
+    def engine(self, node_id: int) -> BaseEngine:
         return self.engines[node_id]
 
     def checkpointer(self, node_id: int) -> LeaderCheckpointer:
@@ -99,7 +99,7 @@ class Scenario:
         return draining
 
 
-def _owners_of(engine: ControlEngine, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
+def _owners_of(engine: BaseEngine, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
     registry = engine.registry()
     return registry.owners if registry.version == fence.assignment_version else None
 
@@ -110,7 +110,7 @@ async def build(
     *,
     store: ObjectStore | None = None,
     installed: Iterable[int] | None = None,
-    engine_type: type[ControlEngine] = ControlEngine,
+    engine_type: type[BaseEngine] = BaseEngine,
 ) -> Scenario:
     """Nodes `node_ids` (node 1 leads) each with an `engine_type` engine, v1 = `owners`, and
     v1 installed on `installed` (default: every node)."""

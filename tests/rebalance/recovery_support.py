@@ -1,6 +1,6 @@
 """Processes for the recovery scenarios (spec_rebalance §7 T28, T48-T53, T70, T74).
 
-Each node of a `tests.rebalance.cluster_support.Cluster` gets a `ControlEngine` with a
+Each node of a `tests.rebalance.cluster_support.Cluster` gets a `BaseEngine` with a
 `LeaderCheckpointer` and a `RebalanceContext`. Time moves only through the cluster
 (`SimulatedClock`). Helpers cover what the scenarios share: running v1 everywhere, a committed
 cluster checkpoint, killing a node (graceful `left`, or silent death observed for a full
@@ -17,19 +17,19 @@ from dataclasses import dataclass
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
     FenceParticipant,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.membership.records import NodeState
+from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.control_engine import ControlEngine
-from laminar_cluster.rebalance.controller import StoreClusterController
-from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.store import ObjectStore, open_store
 from tests.rebalance.cluster_support import Cluster, ClusterNode
 
@@ -48,7 +48,7 @@ class Proc:
     """One process: its cluster node, engine and context."""
 
     node: ClusterNode
-    engine: ControlEngine
+    engine: BaseEngine
     ctx: RebalanceContext
 
     @property
@@ -90,7 +90,7 @@ class RecoveryCluster:
 
     def build(self, node_id: int) -> Proc:
         node = self.cluster.node(node_id)
-        engine = ControlEngine(clock=self.cluster.clock, participant=node.participant)
+        engine = BaseEngine(clock=self.cluster.clock, participant=node.participant)
         authority = node.authority
         engine.checkpointer = LeaderCheckpointer(
             authority.require_decisions(),

@@ -1,6 +1,6 @@
 """A cluster of watched processes for the watcher scenarios (spec_rebalance §7 T54-T64).
 
-Each node of a `tests.rebalance.cluster_support.Cluster` gets a `ControlEngine` (with a
+Each node of a `tests.rebalance.cluster_support.Cluster` gets a `BaseEngine` (with a
 `LeaderCheckpointer`, so the leader can take real handoff checkpoints), a `RebalanceContext`
 and a `SnapshotWatcher`. Tests drive the watchers tick by tick (`tick`, `settle`) on a
 `SimulatedClock` that does not move unless a test moves it, and play the leader's side of a
@@ -17,23 +17,23 @@ from laminar_cluster.assignment.model import next_draining, snapshot_fence
 from laminar_cluster.assignment.placement import PlacementMetrics
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
+from laminar_cluster.authority.recovery_faults import recovery_fault_inventory
 from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome
-from laminar_cluster.lease.recovery_faults import recovery_fault_inventory
 from laminar_cluster.membership.records import NodeState
+from laminar_cluster.rebalance.cluster.controller import StoreClusterController
+from laminar_cluster.rebalance.cluster.slots import read_adopted_assignments, read_drain_acks
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.control_engine import AdoptHook, ControlEngine
-from laminar_cluster.rebalance.controller import StoreClusterController
-from laminar_cluster.rebalance.finalize import FinalizeMode, finalize_drain_snapshot
-from laminar_cluster.rebalance.graceful import pre_rotation_checkpoint
-from laminar_cluster.rebalance.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.rebalance.engine.base import AdoptHook, BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption, DrainAck
-from laminar_cluster.rebalance.slots import read_adopted_assignments, read_drain_acks
-from laminar_cluster.rebalance.watcher import SnapshotWatcher
-from laminar_cluster.rebalance.watcher_publish import PlacementSink
+from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
+from laminar_cluster.rebalance.rotation.graceful import pre_rotation_checkpoint
+from laminar_cluster.rebalance.watcher.publish import PlacementSink
+from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import ObjectStore, open_store
 from tests.rebalance.cluster_support import Cluster, ClusterNode
 
@@ -62,7 +62,7 @@ class Proc:
     """One watched process."""
 
     node: ClusterNode
-    engine: ControlEngine
+    engine: BaseEngine
     ctx: RebalanceContext
     watcher: SnapshotWatcher
 
@@ -104,7 +104,7 @@ class WatchedCluster:
         self, node_id: int, adopt_hook: AdoptHook | None = None, sink: PlacementSink | None = None
     ) -> Proc:
         node = self.cluster.node(node_id)
-        engine = ControlEngine(
+        engine = BaseEngine(
             clock=self.cluster.clock, participant=node.participant, adopt_hook=adopt_hook
         )
         authority = node.authority

@@ -10,6 +10,13 @@ import asyncio
 import msgspec
 import pytest
 
+from laminar_cluster.authority.cluster_outcomes import (
+    cluster_outcome,
+    cluster_outcome_retention_boundary,
+    cluster_outcomes,
+    prune_cluster_outcomes_before,
+    record_cluster_outcome,
+)
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
     CheckpointAttempt,
@@ -25,14 +32,7 @@ from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_c
 from laminar_cluster.coordinator.records import ParticipantManifest
 from laminar_cluster.coordinator.sink_commits import sink_commit_from_outcome, write_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import (
-    cluster_outcome,
-    cluster_outcome_retention_boundary,
-    cluster_outcomes,
-    prune_cluster_outcomes_before,
-    record_cluster_outcome,
-)
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.runtime.output import (
     AggregateRecord,
     CommittedOutput,
@@ -45,9 +45,9 @@ from laminar_cluster.runtime.output import (
     read_committed_output,
 )
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
+from tests.authority.test_cluster_outcome_helpers import deadline, elect, open_leader
 from tests.checkpoint.test_capsule import BOOT_1, BOOT_2, FENCE, make_capsule
 from tests.coordinator.support import make_cluster
-from tests.lease.test_cluster_outcome_helpers import deadline, elect, open_leader
 
 NODE_1 = FenceParticipant(node_id=1, boot_incarnation=BOOT_1)
 NODE_2 = FenceParticipant(node_id=2, boot_incarnation=BOOT_2)

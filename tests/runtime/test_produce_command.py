@@ -6,11 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
+from laminar_cluster.harness.workload import Workload, expected_aggregates
 from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.workload import Workload, expected_aggregates
 from laminar_cluster.store import open_store
+from tests.authority.test_cluster_outcome_helpers import elect, open_leader
 from tests.cli.test_commands import run
-from tests.lease.test_cluster_outcome_helpers import elect, open_leader
 from tests.runtime.test_output import NODE_1, NODE_2, decide, far, stage
 
 WORKLOAD = Workload(seed=5, events=20_000, partitions=8, keys=50)

@@ -36,7 +36,7 @@ from laminar_cluster.assignment.snapshot_io import (
 )
 from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.clock import Clock
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import RECORDS_PREFIX, parse_record_path
 from laminar_cluster.lease.records import (

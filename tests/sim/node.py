@@ -1,15 +1,16 @@
-"""One simulated process: a real `RebalanceNode` (rebalance/node.py) for one boot of one node.
+"""One simulated process: a real `RebalanceNode` (rebalance/node/rebalance_node.py) for one boot of
+one node.
 
 `RebalanceNode` assembles the whole control plane of a process from the real modules: the
 process lease (acquire, activate, `keep_renewed`), `Discovery` inside a
 `StoreClusterController`, `LeaderLeaseManager`s back to back (every node is a candidate), the
-`ControlEngine` with a `LeaderCheckpointer`, the `SnapshotWatcher`, the `RebalanceLoop`, the
+`BaseEngine` with a `LeaderCheckpointer`, the `SnapshotWatcher`, the `RebalanceLoop`, the
 leader duties (seed v1, periodic checkpoint, stopped-recovery rounds) and the graceful leave.
 The simulation only injects three things:
 
 * the store: this process's own seeded `FaultyStore` over the shared `SimStore`;
 * the clock: the shared `SimClock`;
-* the engine: `SimEngine`, a `ControlEngine` that records every registry move (checker 4).
+* the engine: `SimEngine`, a `BaseEngine` that records every registry move (checker 4).
 
 A crash is the simulation cancelling `SimProcess.run()` at an arbitrary await; a lost process
 lease ends the node with exit 3, like the real process.
@@ -29,9 +30,10 @@ from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import LaminarError
 from laminar_cluster.membership import NodeState
-from laminar_cluster.rebalance.control_engine import ControlEngine
-from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer
-from laminar_cluster.rebalance.node import (
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer
+from laminar_cluster.rebalance.node.log import NodeLog
+from laminar_cluster.rebalance.node.rebalance_node import (
     EXIT_FENCED,
     EXIT_LEAVE_TIMEOUT,
     EXIT_LEFT,
@@ -39,7 +41,6 @@ from laminar_cluster.rebalance.node import (
     NodeConfig,
     RebalanceNode,
 )
-from laminar_cluster.rebalance.node_log import NodeLog
 from laminar_cluster.store.faulty import FaultyStore
 from tests.sim.scheduler import SimClock
 
@@ -92,8 +93,8 @@ class Moves:
     origin_s: float = 0.0  # the run's start on the clock
 
 
-class SimEngine(ControlEngine):
-    """A `ControlEngine` that records each registry move as it applies (checker 4: after its
+class SimEngine(BaseEngine):
+    """A `BaseEngine` that records each registry move as it applies (checker 4: after its
     first adoption, a process's registry only moves v -> v+1)."""
 
     def __init__(
@@ -185,13 +186,13 @@ class SimProcess:
 
     def _engine(
         self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
-    ) -> ControlEngine:
+    ) -> BaseEngine:
         return SimEngine(
             clock=clock, participant=participant, checkpointer=checkpointer, moves=self.moves
         )
 
     @property
-    def engine(self) -> ControlEngine | None:
+    def engine(self) -> BaseEngine | None:
         return None if self.node is None else self.node.engine
 
     @property

@@ -26,11 +26,11 @@ from laminar_cluster.assignment.snapshot_io import (
     load_materialization,
     load_raw,
 )
-from laminar_cluster.errors import Refused
-from laminar_cluster.lease.assignment_decisions import (
+from laminar_cluster.authority.assignment_decisions import (
     assignment_drain_decision,
     assignment_recovery_decision,
 )
+from laminar_cluster.errors import Refused
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentRecoveryDecision,
@@ -40,7 +40,7 @@ from laminar_cluster.lease.records import (
 from laminar_cluster.store import ObjectStore
 
 if TYPE_CHECKING:
-    from laminar_cluster.lease.authority import LeaderLeaseStore
+    from laminar_cluster.lease.lease_store import LeaderLeaseStore
 
 
 class DecisionSource(Protocol):

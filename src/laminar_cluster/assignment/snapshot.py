@@ -89,7 +89,7 @@ RotateResult = Rotated | Conflict
 
 class AssignmentSnapshotStore:
     """The assignment snapshot store over one ObjectStore (§6.1). Also satisfies
-    `lease.assignment_decisions.AssignmentSnapshotSource`."""
+    `authority.assignment_decisions.AssignmentSnapshotSource`."""
 
     def __init__(self, store: ObjectStore) -> None:
         self._store = store
@@ -227,7 +227,7 @@ class AssignmentSnapshotStore:
 
     async def materialize_recovery(self, ref: AssignmentSnapshotRef) -> RotateResult:
         """Install staged proposal `ref` at its version (authority-internal: the caller is
-        `lease.assignment_decisions.materialize_assignment_recovery`, which checked the
+        `authority.assignment_decisions.materialize_assignment_recovery`, which checked the
         admitted decision, AS-6). Readers prefer this record over a raw object (AS-7)."""
         snapshot = await self.load_recovery_proposal_snapshot(ref)
         head = await self.head_version()

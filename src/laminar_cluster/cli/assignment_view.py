@@ -22,12 +22,12 @@ from laminar_cluster.assignment.snapshot_io import (
     load_materialization,
     load_raw,
 )
-from laminar_cluster.cli.output import console, error_console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import LaminarError
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.output import console, error_console, print_json, run_on_store
 
 MAP_ROW_CELLS: Final = 16
 NODE_CODES: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -19,11 +19,11 @@ from laminar_cluster.checkpoint.identity import read_identity
 from laminar_cluster.checkpoint.paths import BLOCKS_PREFIX, IDENTITY_PATH, parse_block_path
 from laminar_cluster.checkpoint.reader import read_bytes
 from laminar_cluster.checkpoint.records import CheckpointOutcome, DeploymentIdentity
-from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.codec import decode
 from laminar_cluster.errors import CorruptRecord, InventoryChanged
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.output import console, print_json, run_on_store
 
 
 @dataclass

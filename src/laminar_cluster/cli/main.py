@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from laminar_cluster.cli.output import console, error_console, print_json
 from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.views.output import console, error_console, print_json
 
 app = typer.Typer(
     name="laminar-cluster",
@@ -49,7 +49,7 @@ def bench_store(
     as_json: JsonOption = False,
 ) -> None:
     """Operations per second and p50/p99 latency of create, get and conditional update."""
-    from laminar_cluster.cli.bench_store import run_bench_store
+    from laminar_cluster.bench.store import run_bench_store
 
     def run() -> int:
         figures = run_bench_store(store, ops=ops)
@@ -153,7 +153,7 @@ def produce(
 ) -> None:
     """Append the deterministic workload to the event log (resumes after what is there)."""
     from laminar_cluster.cli.produce import run_produce
-    from laminar_cluster.runtime.workload import Workload
+    from laminar_cluster.harness.workload import Workload
 
     raise typer.Exit(
         _guard(
@@ -184,7 +184,7 @@ def output(
     """Committed totals of the reference aggregation (events, keys, attempts); with --events
     (and --seed/--keys/--partitions), exit 1 unless every event is counted exactly once."""
     from laminar_cluster.cli.produce import run_output
-    from laminar_cluster.runtime.workload import Workload
+    from laminar_cluster.harness.workload import Workload
 
     def run() -> int:
         expect = None if events is None else Workload(seed, events, partitions, keys)
@@ -203,7 +203,7 @@ def bench_checkpoint_ids(
 ) -> None:
     """Checkpoint ID allocation rates (local and shared mode), store requests per allocation,
     and outcome record latency."""
-    from laminar_cluster.cli.bench_checkpoint import run_bench_checkpoint_ids
+    from laminar_cluster.bench.checkpoint_ids import run_bench_checkpoint_ids
 
     def run() -> int:
         figures = run_bench_checkpoint_ids(
@@ -229,7 +229,7 @@ def bench_failover(
 ) -> None:
     """SIGKILL the leader of 3 contender processes repeatedly; time each failover to the first
     proof granted to a new leader; store requests per renewal in steady state."""
-    from laminar_cluster.cli.bench_failover import run_bench_failover
+    from laminar_cluster.bench.failover import run_bench_failover
 
     def run() -> int:
         figures = run_bench_failover(store, rounds=rounds, ttl_s=ttl_s, renew_interval_s=renew_s)
@@ -344,7 +344,7 @@ def node(
     event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
     JSON-lines events on stderr."""
     from laminar_cluster.cli.node import run_node_command
-    from laminar_cluster.rebalance.node import NodeConfig
+    from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
     from laminar_cluster.runtime.engine_types import EngineConfig
     from laminar_cluster.runtime.node import StreamNodeConfig
     from laminar_cluster.store.faulty import FaultConfig
@@ -399,7 +399,7 @@ def bench_rebalance(
     """A join (4 -> 5 nodes) and a graceful leave (5 -> 4) of real node processes: vnodes moved
     against the rendezvous minimum, time to every node running the new assignment, store
     requests per rotation."""
-    from laminar_cluster.cli.bench_rebalance import print_figures, run_bench_rebalance
+    from laminar_cluster.bench.rebalance import print_figures, run_bench_rebalance
 
     def run() -> int:
         figures = run_bench_rebalance(store)
@@ -422,7 +422,7 @@ def bench_pipeline(
 ) -> None:
     """Real node processes on file://: committed events per second for 1, 2 and 4 nodes,
     checkpoint duration p50/p99, store requests per checkpoint, recovery time after a SIGKILL."""
-    from laminar_cluster.cli.bench_pipeline import print_pipeline, run_bench_pipeline
+    from laminar_cluster.bench.pipeline import print_pipeline, run_bench_pipeline
 
     def run() -> int:
         try:

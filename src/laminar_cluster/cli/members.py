@@ -15,13 +15,13 @@ from typing import Any
 
 from rich.table import Table
 
-from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
 from laminar_cluster.membership.discovery import MEMBERSHIP_NODES_MAX
 from laminar_cluster.membership.paths import NODES_PREFIX, parse_node_lease_path
 from laminar_cluster.membership.records import MAX_NODE_LEASE_RECORD_BYTES, decode_node_record
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.output import console, print_json, run_on_store
 
 AGE_NOTE = (
     "last renewal age is a diagnostic from the store's last-modified time and this machine's "

@@ -9,7 +9,7 @@ of the same node id fences this one (exit 3); a store that fails the contract pr
 (exit 2; a probe stopped only by transient store errors is run again first), as is a metrics
 port that cannot be bound; a node that cannot start within its startup deadline (its store
 unavailable throughout, or an error no retry fixes) logs `startup_failed` and exits 5. Logs
-are JSON lines on stderr, one event per line (`rebalance.node_log`), with the library's
+are JSON lines on stderr, one event per line (`rebalance.node.log`), with the library's
 warnings forwarded as `log` events (`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info records too,
 for reading a stalled run). Once the store passed its probe, the first event is `started`,
 naming the metrics endpoint (`metrics_port`, `metrics_url`; null without `--metrics-port`;
@@ -34,8 +34,8 @@ from typing import Final
 from laminar_cluster.clock import RealClock, retry_until
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, serve
-from laminar_cluster.rebalance.node import NodeConfig
-from laminar_cluster.rebalance.node_log import JsonLogHandler, NodeLog
+from laminar_cluster.rebalance.node.log import JsonLogHandler, NodeLog
+from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.faulty import FaultConfig, FaultyStore

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from laminar_cluster.cli.output import console as rich_console
-from laminar_cluster.cli.output import print_json, run_on_store
 from laminar_cluster.clock import RealClock
+from laminar_cluster.harness.workload import Aggregates, Workload, expected_aggregates, produce
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import (
     aggregate_committed,
@@ -23,8 +22,9 @@ from laminar_cluster.runtime.output import (
     open_output_authority,
     read_committed_output,
 )
-from laminar_cluster.runtime.workload import Aggregates, Workload, expected_aggregates, produce
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.output import console as rich_console
+from laminar_cluster.views.output import print_json, run_on_store
 
 PROGRESS_INTERVAL_S = 1.0
 MISMATCHES_SHOWN = 10

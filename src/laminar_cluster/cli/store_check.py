@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from laminar_cluster.cli.output import console, print_json, run_on_store
 from laminar_cluster.clock import RealClock
-from laminar_cluster.store.probe import ProbeReport, probe_store_contract
+from laminar_cluster.store.probe import probe_store_contract
+from laminar_cluster.views.output import print_json, run_on_store
+from laminar_cluster.views.probe_report import print_report
 
 
 def run_store_check(url: str, *, timeout_s: float, as_json: bool) -> int:
@@ -27,19 +26,3 @@ def run_store_check(url: str, *, timeout_s: float, as_json: bool) -> int:
     else:
         print_report(report)
     return 0 if report.ok else 1
-
-
-def print_report(report: ProbeReport) -> None:
-    table = Table(title=f"store contract: {report.store_url}")
-    table.add_column("property")
-    table.add_column("result")
-    table.add_column("detail")
-    for result in report.results:
-        verdict = "[green]pass[/green]" if result.ok else "[red]FAIL[/red]"
-        table.add_row(result.name, verdict, result.detail)
-    console.print(table)
-    if report.ok:
-        console.print("[green]the store meets the contract the control plane needs[/green]")
-    else:
-        failed = ", ".join(r.name for r in report.failures())
-        console.print(f"[red]the store fails the contract ({failed}); do not run a cluster on it")

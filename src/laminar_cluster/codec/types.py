@@ -12,7 +12,7 @@ they give exactly 0..2**64-1 for a u64.
 tuple of 32 ints and written as a JSON array of 32 integers 0..255, as serde writes `[u8; 32]`.
 
 `Record` is the base of every record struct. What msgspec does with struct configuration on
-subclassing (checked against msgspec 0.22, pinned by tests/unit/codec/test_canonical.py):
+subclassing (checked against msgspec 0.22, pinned by tests/codec/test_canonical.py):
 
 * `frozen` and `forbid_unknown_fields` are inherited at run time by subclasses;
 * `kw_only` is NOT inherited: it applies only to the fields declared on the class that passes it

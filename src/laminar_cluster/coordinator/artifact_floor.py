@@ -35,6 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome_inventory
+from laminar_cluster.authority.cluster_outcomes import prune_cluster_outcomes_before
+from laminar_cluster.authority.handoff_pins import assignment_handoff_pin
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import CheckpointOutcome, LeaderProof
 from laminar_cluster.coordinator.objects import EMPTY_PARTIAL_SHA256, gather_bounded
@@ -52,10 +55,7 @@ from laminar_cluster.coordinator.sink_commits import (
     write_sink_commit,
 )
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome_inventory
-from laminar_cluster.lease.cluster_outcomes import prune_cluster_outcomes_before
-from laminar_cluster.lease.handoff_pins import assignment_handoff_pin
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.store import ObjectStore
 

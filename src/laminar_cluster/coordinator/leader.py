@@ -1,8 +1,8 @@
 """`ClusterCheckpointer`: the leader side of the distributed checkpoint
 (docs/protocols/distributed-checkpoint.md, leader steps L1-L8; upstream_context §1.7).
 
-It implements `rebalance.handoff_checkpoint.Checkpointer`, so it is what
-`ControlEngine.checkpoint_until` runs, periodically and for the pre-rotation checkpoint:
+It implements `rebalance.engine.handoff_checkpoint.Checkpointer`, so it is what
+`BaseEngine.checkpoint_until` runs, periodically and for the pre-rotation checkpoint:
 
 1. checks: a leader proof, inside the fence; the drain transition starts at the fence; the
    owner map of the fence is known (as `LeaderCheckpointer`);
@@ -40,6 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from laminar_cluster.assignment.digest import fence_matches_owner_map
+from laminar_cluster.authority.cluster_outcomes import (
+    highest_cluster_committed_outcome,
+    highest_cluster_terminal_outcome,
+    record_cluster_outcome,
+)
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
@@ -61,14 +66,9 @@ from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
 from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import (
-    highest_cluster_committed_outcome,
-    highest_cluster_terminal_outcome,
-    record_cluster_outcome,
-)
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
+from laminar_cluster.rebalance.engine.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 

@@ -32,6 +32,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
+from laminar_cluster.authority.cluster_outcomes import (
+    cluster_attempt_settlement,
+    highest_cluster_committed_outcome,
+)
 from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import Clock, retry_until, within_deadline
 from laminar_cluster.codec import sha256_hex
@@ -50,11 +54,7 @@ from laminar_cluster.coordinator.objects import (
 from laminar_cluster.coordinator.paths import manifest_path, output_path, partial_path
 from laminar_cluster.coordinator.records import CheckpointPrepare, ParticipantManifest
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError, ObjectNotFound
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcomes import (
-    cluster_attempt_settlement,
-    highest_cluster_committed_outcome,
-)
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)

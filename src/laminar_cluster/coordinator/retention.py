@@ -32,6 +32,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome_inventory
+from laminar_cluster.authority.handoff_pins import assignment_handoff_pin
 from laminar_cluster.coordinator.objects import gather_bounded
 from laminar_cluster.coordinator.paths import (
     ATTEMPTS_PREFIX,
@@ -39,9 +41,7 @@ from laminar_cluster.coordinator.paths import (
     parse_attempt_object,
 )
 from laminar_cluster.errors import CorruptRecord
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcome_inventory
-from laminar_cluster.lease.handoff_pins import assignment_handoff_pin
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import ObjectStore
 
 LIST_PAGE_KEYS: Final = 1_000

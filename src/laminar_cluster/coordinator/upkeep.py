@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from laminar_cluster.authority.cluster_outcome_reads import cluster_outcomes
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
@@ -29,8 +30,7 @@ from laminar_cluster.coordinator.artifact_floor import (
 from laminar_cluster.coordinator.retention import AttemptRetention, RetentionStep, deletes_per_step
 from laminar_cluster.coordinator.sink_commits import SinkCommitWriter
 from laminar_cluster.errors import LaminarError
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import cluster_outcomes
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import ObjectStore
 
 logger = logging.getLogger(__name__)

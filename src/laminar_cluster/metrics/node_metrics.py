@@ -61,7 +61,7 @@ class MetricsController(Protocol):
 
 
 class MetricsEngine(Protocol):
-    """What `update_from` needs from any engine (the rebalance `ControlEngine` has only this).
+    """What `update_from` needs from any engine (the rebalance `BaseEngine` has only this).
     An engine with a data plane may also offer `progress()`, whose result carries
     `events_processed` (cumulative) and `restoring_vnodes` (a count): `update_from` reads them
     when present (runtime.engine.StreamEngine)."""
@@ -189,7 +189,7 @@ class NodeMetrics:
     def store_error(self, op: str, kind: str) -> None:
         self.store_errors.labels(op=op, kind=kind).inc()
 
-    # -- rebalance.watcher_publish.PlacementSink ---------------------------------------------
+    # -- rebalance.watcher.publish.PlacementSink ---------------------------------------------
     def publish_placement(self, metrics: PlacementMetrics) -> None:
         """§3.4: reset the per-domain vector (stale domains vanish), one series per domain,
         then the blast-radius ratio."""

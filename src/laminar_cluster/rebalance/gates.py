@@ -45,7 +45,7 @@ async def _lock(ctx: RebalanceContext, deadline: float, what: str) -> None:
 async def _drain_execution(ctx: RebalanceContext, deadline: float, what: str) -> None:
     try:
         async with within_deadline(ctx.clock, deadline, what):
-            await ctx.engine.execution_fence.drain()
+            await ctx.engine.rotation_lock.drain()
     except DeadlineExceeded as error:
         raise RebalanceError(f"timed out draining assignment execution after {what}") from error
 

@@ -28,10 +28,10 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import LaminarError, StoreUnavailable
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition, ProcessLeaseFence
-from laminar_cluster.rebalance.locks import ExecutionFence
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.rotation_lock import RotationLock
 
 
 class InitialState(enum.Enum):
@@ -121,7 +121,7 @@ class RebalanceEngine(Protocol):
     # the linearization point for checkpoint admission (§4.1).
     adoption_lock: asyncio.Lock
     # Compute cycles hold it shared; closing authority takes it exclusively (§4.1).
-    execution_fence: ExecutionFence
+    rotation_lock: RotationLock
 
     # -- state -------------------------------------------------------------------------------
     def registry(self) -> RegistrySnapshot: ...
@@ -335,7 +335,7 @@ class ClusterController(Protocol):
         self, fence: CheckpointAssignmentFence | None
     ) -> None: ...
 
-    def checkpoint_assignment_fence(self, version: int) -> CheckpointAssignmentFence | None: ...
+    def certify_owner_map(self, version: int) -> CheckpointAssignmentFence | None: ...
 
     def publish_checkpoint_drain_transition(
         self, transition: AssignmentDrainTransition | None

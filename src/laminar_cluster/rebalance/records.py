@@ -4,7 +4,7 @@ Each process owns two control slots and only ever writes its own:
 
 * `CheckpointAssignmentAdoption` (`control:adopted-assignment`): which exact assignment this
   process runs and whether its vnode state for it is ready. The leader reads every slot to build
-  the owner-complete fence (§4.12) and the graceful preflight (§4.4 step 4.4).
+  the owner certificate (§4.12) and the graceful preflight (§4.4 step 4.4).
 * `DrainAck` (`control:drain-ack`): this exact process stopped its sources at one cut for one
   drain transition (§4.6). The leader's ack quorum needs one from every predecessor process.
 """

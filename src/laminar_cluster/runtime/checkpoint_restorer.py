@@ -3,13 +3,13 @@ rules; docs/protocols/distributed-checkpoint.md "Restore")."""
 
 from __future__ import annotations
 
+from laminar_cluster.authority.cluster_outcome_reads import highest_cluster_committed_outcome
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.coordinator.restore import load_cuts
 from laminar_cluster.errors import CorruptRecord
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import highest_cluster_committed_outcome
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.runtime.restoring import (
     InitialRestore,
     RecoveryRestore,

@@ -1,4 +1,4 @@
-"""`StreamEngine`: the reference engine. A `RebalanceEngine` (it extends `ControlEngine`, whose
+"""`StreamEngine`: the reference engine. A `RebalanceEngine` (it extends `BaseEngine`, whose
 control rules it keeps unchanged) and the coordinator's `CheckpointHost` (issue 7; spec_rebalance
 §6.2; upstream_context §1.7, §1.9, §3.2-§3.5; docs/protocols/distributed-checkpoint.md).
 
@@ -49,14 +49,14 @@ from laminar_cluster.coordinator.host import Cut, VnodeCut
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import Refused
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.control_engine import (
+from laminar_cluster.rebalance.engine.base import (
     AdoptHook,
-    ControlEngine,
-    ShuffleFenceState,
+    BaseEngine,
+    ShuffleState,
     VnodeStateReady,
 )
-from laminar_cluster.rebalance.control_rules import registry_runs
-from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer
+from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer
+from laminar_cluster.rebalance.engine.rules import registry_runs
 from laminar_cluster.rebalance.interfaces import (
     Activation,
     Adoption,
@@ -88,7 +88,7 @@ logger: Final = logging.getLogger(__name__)
 DRAIN_TARGETS_KEPT: Final = 8  # validated draining owner maps remembered for drain prepares
 
 
-class StreamEngine(ControlEngine):
+class StreamEngine(BaseEngine):
     """One process's data plane: sources, per-vnode processing, cuts and restores."""
 
     def __init__(
@@ -204,13 +204,13 @@ class StreamEngine(ControlEngine):
     async def local_vnode_state_is_ready(
         self, fence: CheckpointAssignmentFence, *, deadline: float
     ) -> bool:
-        """ControlEngine's rule, and no owned vnode is still restoring."""
+        """BaseEngine's rule, and no owned vnode is still restoring."""
         ready = await super().local_vnode_state_is_ready(fence, deadline=deadline)
         return ready and not self.table.restoring
 
     # -- RebalanceEngine: adoption -------------------------------------------------------------
     async def adopt_assignment(self, snapshot: AssignmentSnapshot, *, deadline: float) -> Adoption:
-        """ControlEngine's adoption; then drop vnodes no longer owned and restore new ones from
+        """BaseEngine's adoption; then drop vnodes no longer owned and restore new ones from
         the latest committed cluster checkpoint (a handoff)."""
         before = self.registry()
         adoption = await super().adopt_assignment(snapshot, deadline=deadline)
@@ -234,7 +234,7 @@ class StreamEngine(ControlEngine):
         *,
         deadline: float,
     ) -> Adoption:
-        """ControlEngine's recovery adoption; then every owned vnode restores cold from
+        """BaseEngine's recovery adoption; then every owned vnode restores cold from
         `recovery_checkpoint` (the initial state: every owned vnode starts empty)."""
         before = self.registry()
         adoption = await super().adopt_recovery_assignment(
@@ -255,7 +255,7 @@ class StreamEngine(ControlEngine):
         return adoption
 
     async def fault_for_recovery_assignment(self) -> None:
-        """ControlEngine's fault; then every vnode's state is dropped."""
+        """BaseEngine's fault; then every vnode's state is dropped."""
         await super().fault_for_recovery_assignment()
         for vnode in self.table.clear():
             self.processor.drop(vnode)
@@ -265,7 +265,7 @@ class StreamEngine(ControlEngine):
 
     # -- RebalanceEngine: source drains --------------------------------------------------------
     def validate_source_drain_snapshot(self, draining: AssignmentSnapshot) -> None:
-        """ControlEngine's check; the target owner map is remembered for the drain prepare."""
+        """BaseEngine's check; the target owner map is remembered for the drain prepare."""
         super().validate_source_drain_snapshot(draining)
         transition = draining.drain_transition
         if transition is None:
@@ -281,7 +281,7 @@ class StreamEngine(ControlEngine):
         *,
         deadline: float,
     ) -> None:
-        """ControlEngine's receipt; then the vnodes leaving this process stop consuming."""
+        """BaseEngine's receipt; then the vnodes leaving this process stop consuming."""
         await super().prepare_local_source_drain(transition, participant, deadline=deadline)
         round_ = drain_id(transition)
         if self.drains.open_round() != round_:
@@ -298,7 +298,7 @@ class StreamEngine(ControlEngine):
     async def resolve_local_source_drain(
         self, drain: AssignmentDrainId, outcome: SourceDrainOutcome, *, deadline: float
     ) -> None:
-        """ControlEngine's resolution; Abort resumes the paused vnodes, Commit keeps them
+        """BaseEngine's resolution; Abort resumes the paused vnodes, Commit keeps them
         paused until the adoption of the target drops them."""
         await super().resolve_local_source_drain(drain, outcome, deadline=deadline)
         if self._drain is not None and self._drain[0] == drain:
@@ -315,7 +315,7 @@ class StreamEngine(ControlEngine):
         fence = self.installed_fence()
         if (
             fence is None
-            or self.shuffle_state() is not ShuffleFenceState.ACTIVE
+            or self.shuffle_state() is not ShuffleState.ACTIVE
             or self.state() is not EngineState.RUNNING
             or self.runtime_cancelled()
         ):

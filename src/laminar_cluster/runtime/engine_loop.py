@@ -123,7 +123,7 @@ class EngineLoop:
         deadline = engine.clock.monotonic() + engine.config.read_timeout_s
         async with (
             within_deadline(engine.clock, deadline, "source read"),
-            engine.execution_fence.shared(),
+            engine.rotation_lock.shared(),
         ):
             results = await self._read_all(reads, deadline)
             return await self._apply(reads, results)

@@ -1,7 +1,8 @@
 """`StreamNode`: a node process with the data plane on (issue 7 "A node process"; spec_rebalance
 §1, §4.2, §4.17; upstream_context §1.7, §1.9, §3; docs/protocols/distributed-checkpoint.md).
 
-It is a `rebalance.node.RebalanceNode` (process lease, membership, leadership, watcher,
+It is a `rebalance.node.rebalance_node.RebalanceNode`
+(process lease, membership, leadership, watcher,
 rebalance loop, leader duties, graceful leave: unchanged) assembled through its hooks:
 
 * engine: `StreamEngine` over the store's `EventLog` with the `KeyedAggregation` processor,
@@ -46,16 +47,21 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.errors import InvalidArgument, LaminarError
-from laminar_cluster.lease.authority import LeaderLeaseStore
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.control_engine import ControlEngine
-from laminar_cluster.rebalance.controller import StoreClusterController
-from laminar_cluster.rebalance.handoff_checkpoint import Checkpointer, OwnersOf
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, OwnersOf
 from laminar_cluster.rebalance.interfaces import CheckpointResult
-from laminar_cluster.rebalance.node import NodeConfig, NodeTask, RebalanceNode, StoreWrapper
-from laminar_cluster.rebalance.node_log import NodeLog
-from laminar_cluster.rebalance.watcher_publish import PlacementSink
+from laminar_cluster.rebalance.node.log import NodeLog
+from laminar_cluster.rebalance.node.rebalance_node import (
+    NodeConfig,
+    NodeTask,
+    RebalanceNode,
+    StoreWrapper,
+)
+from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.engine import StreamEngine
 from laminar_cluster.runtime.engine_types import EngineConfig
@@ -196,7 +202,7 @@ class StreamNode:
     # -- RebalanceNode hooks -------------------------------------------------------------------
     def _engine(
         self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
-    ) -> ControlEngine:
+    ) -> BaseEngine:
         node = self.node
         if node.decisions is None or node.authority is None:
             raise AssertionError("the node builds its authority before its engine")

@@ -25,6 +25,10 @@ from typing import Final, Generic, TypeVar
 
 import msgspec
 
+from laminar_cluster.authority.cluster_outcome_reads import (
+    cluster_outcome_inventory,
+    cluster_outcome_retention_boundary,
+)
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAssignmentFence,
@@ -49,11 +53,7 @@ from laminar_cluster.coordinator.paths import (
 from laminar_cluster.coordinator.records import SinkCommit, SinkOutput
 from laminar_cluster.coordinator.sink_commits import read_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged
-from laminar_cluster.lease.authority import LeaderLeaseStore
-from laminar_cluster.lease.cluster_outcome_reads import (
-    cluster_outcome_inventory,
-    cluster_outcome_retention_boundary,
-)
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
 

@@ -1,0 +1,289 @@
+"""The assignment-decision chain: its audit and its retention floor (spec_leader_lease §3.6,
+§4.5.5, §4.5.6; invariants S5, S15, S21, S22), the pure chain rules of §4.5.1 steps 2, 5 and 7
+(floor, advancing version, the admitting record), and the helpers the decision appends share
+(`assignment_decisions` holds the operations).
+
+Drain and recovery decisions live on one backward-linked chain through authority records:
+`assignment_decision_head` names the latest admitting record, whose
+`previous_assignment_decision` names the one before. Target versions strictly increase along it
+(S15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
+everything below `before`; the anchor (the greatest decision below it) is kept by value, so the
+records below the floor may be deleted by the history prune. `audit_assignment_decisions`
+reads the whole live chain; `live_decisions_newest_first` walks it lazily for readers that need
+only the newest decisions (the handoff pin, `handoff_pins`), with the same checks.
+
+Errors: a broken chain (a link that its record does not carry, a record without a decision, a
+walk that misses the floor's anchor, regressing versions) is durable corruption: CorruptRecord
+naming the record (spec `Decision::Conflict`; §7 maps the same problems to `Invalid` in the
+prune, so one kind serves both). A record that vanished mid-walk is InventoryChanged; a live
+chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, S22).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from laminar_cluster.checkpoint.limits import U64_MAX
+from laminar_cluster.checkpoint.records import LeaderProof
+from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
+from laminar_cluster.clock import within_deadline
+from laminar_cluster.errors import (
+    CorruptRecord,
+    Fenced,
+    InvalidArgument,
+    InventoryChanged,
+    Refused,
+    StoreUnavailable,
+)
+from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.log import PublishedHead, read_record_from, require_advanced
+from laminar_cluster.lease.outcomes import AppendContended
+from laminar_cluster.lease.paths import record_path
+from laminar_cluster.lease.records import (
+    AssignmentDecisionLink,
+    AuthorityAssignmentDecision,
+    AuthorityAssignmentDecisionFloor,
+    LeaderAuthorityRecord,
+    LeaderLease,
+)
+from laminar_cluster.lease.validate import validate_assignment_floor
+from laminar_cluster.lease.validate_chains import lease_matches_proof
+
+if TYPE_CHECKING:
+    from laminar_cluster.lease.lease_store import LeaderLeaseStore
+
+
+AuditedDecision = tuple[AssignmentDecisionLink, AuthorityAssignmentDecision]
+
+
+async def audit_assignment_decisions(
+    authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord
+) -> list[AuditedDecision]:
+    """The live decisions of `head_record`'s chain with their exact links, ascending by target
+    version (§4.5.5). The floor's anchor is not in the list (it is kept by value on the floor);
+    every listed record is one the history prune must keep.
+
+    Reads each live decision record once (the head itself is reused), at most
+    MAX_LIVE_AUTHORITY_LINKS of them (S22).
+    """
+    newest_first = [entry async for entry in live_decisions_newest_first(authority, head_record)]
+    newest_first.reverse()
+    return newest_first
+
+
+async def live_decisions_newest_first(
+    authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord
+) -> AsyncGenerator[AuditedDecision, None]:
+    """The live decisions of `head_record`'s chain, newest first, read lazily: a caller that
+    needs only the newest few stops early and reads only those records (close the iterator with
+    `contextlib.aclosing`). The floor's anchor is not yielded (it is on the floor by value).
+
+    Each decision is checked against the record that admitted it and must be strictly below the
+    one yielded before it (S15); the walk must leave the live chain exactly at the floor's
+    anchor (S21) and stays within MAX_LIVE_AUTHORITY_LINKS reads (S22). Errors as in
+    `audit_assignment_decisions`, raised when the walk reaches them.
+    """
+    floor = head_record.assignment_decision_floor
+    before = 0 if floor is None else floor.before_target_version
+    anchor_link = None if floor is None else floor.terminal_anchor_link
+    head_key = record_path(head_record.lease.seq)
+    newer: AuditedDecision | None = None
+    stopped_at_anchor = False
+    link = head_record.assignment_decision_head
+    # S22: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
+    for read in range(MAX_LIVE_AUTHORITY_LINKS + 1):
+        if link is None:
+            break
+        if link.target_version < before:
+            # S21: the walk leaves the live chain exactly at the floor's anchor, or not at all.
+            if link != anchor_link:
+                raise CorruptRecord(
+                    f"{head_key}: assignment decision chain does not meet durable floor "
+                    f"{before} at its terminal anchor (link {link.sequence}, target "
+                    f"{link.target_version})",
+                    key=head_key,
+                )
+            stopped_at_anchor = True
+            break
+        if read == MAX_LIVE_AUTHORITY_LINKS:
+            raise Refused(  # the floor must advance before this chain can be audited
+                f"live assignment-decision retention exceeds the fixed "
+                f"{MAX_LIVE_AUTHORITY_LINKS}-link authority bound"
+            )
+        decision, previous = await _audited_link(authority, head_record, link)
+        if newer is not None and decision.target_version >= newer[1].target_version:
+            key = record_path(newer[0].sequence)  # S15: versions strictly increase
+            raise CorruptRecord(
+                f"{key}: assignment decisions regress from version {decision.target_version} to "
+                f"{newer[1].target_version}",
+                key=key,
+            )
+        newer = (link, decision)
+        yield newer
+        link = previous
+    if anchor_link is not None and not stopped_at_anchor:
+        raise CorruptRecord(
+            f"{head_key}: assignment decision chain stopped without its durable retention anchor",
+            key=head_key,
+        )
+
+
+async def _audited_link(
+    authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord, link: AssignmentDecisionLink
+) -> tuple[AuthorityAssignmentDecision, AssignmentDecisionLink | None]:
+    """The decision at `link`, checked against the record that admitted it, with that record's
+    back link (validated to be strictly older)."""
+    key = record_path(link.sequence)
+    record = await read_record_from(authority.store, head_record, link.sequence)
+    if record is None:
+        raise InventoryChanged(
+            f"{key}: assignment decision authority record {link.sequence} disappeared during audit"
+        )
+    decision = record.assignment_decision
+    if decision is None:
+        raise CorruptRecord(
+            f"{key}: assignment decision head version {link.target_version} points to "
+            f"non-decision authority record {link.sequence}",
+            key=key,
+        )
+    if record.assignment_decision_head != link or decision.target_version != link.target_version:
+        raise CorruptRecord(
+            f"{key}: assignment decision link version {link.target_version} sequence "
+            f"{link.sequence} does not match its authority record",
+            key=key,
+        )
+    return decision, record.previous_assignment_decision
+
+
+async def prune_assignment_drain_decisions_before(
+    authority: LeaderLeaseStore, proof: LeaderProof, before: int, *, deadline: float
+) -> int:
+    """Advance the shared decision floor to `before` (§4.5.6) and return the durable floor.
+
+    Precondition (the caller's duty): assignment snapshots below `before` are already durably
+    pruned. `before == 0` only reads the current floor (0 without one). A floor already at or
+    past `before` is returned without a write. Records below the new floor become eligible for
+    the history prune; the anchor keeps continuity by value.
+    """
+    if before < 0 or before > U64_MAX:
+        raise InvalidArgument(f"assignment decision floor {before} is outside 0..={U64_MAX}")
+    if before == 0:
+        head_record = await authority.load_record()
+        floor = None if head_record is None else head_record.assignment_decision_floor
+        return 0 if floor is None else floor.before_target_version
+    if not proof_is_canonical(proof):
+        raise Fenced("assignment decision floor proof is not canonical")
+    what = "assignment decision floor"
+    async with within_deadline(authority.clock, deadline, what):
+        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
+            if attempt:
+                await authority.clock.sleep(0)  # cooperative yield between attempts
+            head = await proof_head(authority, proof, what)
+            current = head.record.assignment_decision_floor
+            if current is not None and current.before_target_version >= before:
+                authority.schedule_prune()  # floors only move forward
+                return current.before_target_version
+            audited = await audit_assignment_decisions(authority, head.record)
+            outcome = await authority.append(head, _floor_record(head.record, audited, before))
+            if not isinstance(outcome, AppendContended):
+                return before
+            winner = outcome.winner
+            reached = winner.assignment_decision_floor
+            if reached is not None and reached.before_target_version >= before:
+                authority.schedule_prune()
+                return reached.before_target_version
+            if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
+                raise Fenced(f"{what}: a newer leader term won the next authority sequence")
+            require_advanced(winner, head.record.lease.seq, what)
+    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+
+
+def _floor_record(
+    head_record: LeaderAuthorityRecord, audited: list[AuditedDecision], before: int
+) -> LeaderAuthorityRecord:
+    """The floor-advancing record after `head_record`: the anchor is the greatest live decision
+    below `before` (with its exact audited link), else the existing anchor (§4.5.6 step 3)."""
+    below = [entry for entry in audited if entry[1].target_version < before]
+    anchor: AuthorityAssignmentDecision | None = None
+    anchor_link: AssignmentDecisionLink | None = None
+    if below:
+        anchor_link, anchor = below[-1]
+    elif head_record.assignment_decision_floor is not None:
+        anchor = head_record.assignment_decision_floor.terminal_anchor
+        anchor_link = head_record.assignment_decision_floor.terminal_anchor_link
+    floor = AuthorityAssignmentDecisionFloor(
+        before_target_version=before, terminal_anchor=anchor, terminal_anchor_link=anchor_link
+    )
+    with writing("assignment decision floor"):
+        validate_assignment_floor(floor)  # validated before it is written (and again on encode)
+    return msgspec.structs.replace(
+        head_record.preserve_with_lease(decision_append_lease(head_record)),
+        assignment_decision_floor=floor,
+    )
+
+
+def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int) -> None:
+    """A decision below the floor was compacted away: it can be neither recorded nor read."""
+    floor = head_record.assignment_decision_floor
+    if floor is not None and target_version < floor.before_target_version:
+        raise Refused(
+            f"assignment decision version {target_version} is below durable retention floor "
+            f"{floor.before_target_version}"
+        )
+
+
+def check_advances(audited: list[AuditedDecision], target_version: int) -> None:
+    """A new decision's version must exceed every live one (§4.5.1 step 5), and the live chain
+    must have room for it: a chain longer than its audit bound could never be audited again,
+    not even by the floor advance that would shorten it (S22; as §4.4.1 step 5 for Commits)."""
+    if audited and target_version <= audited[-1][1].target_version:  # S15: strictly increasing
+        raise Refused(
+            f"assignment decision version {target_version} does not advance durable version "
+            f"{audited[-1][1].target_version}"
+        )
+    if len(audited) >= MAX_LIVE_AUTHORITY_LINKS:  # S22: nothing is written
+        raise Refused(
+            f"assignment decision chain holds {len(audited)} live decisions, the fixed "
+            f"{MAX_LIVE_AUTHORITY_LINKS}-link authority bound: advance the assignment decision "
+            "floor first"
+        )
+
+
+def decision_record(
+    head_record: LeaderAuthorityRecord, decision: AuthorityAssignmentDecision
+) -> LeaderAuthorityRecord:
+    """`preserve_with_lease(seq+1)` admitting `decision`, linked after the old chain head."""
+    lease = decision_append_lease(head_record)
+    return msgspec.structs.replace(
+        head_record.preserve_with_lease(lease),
+        assignment_decision=decision,
+        previous_assignment_decision=head_record.assignment_decision_head,
+        assignment_decision_head=AssignmentDecisionLink(
+            sequence=lease.seq, target_version=decision.target_version
+        ),
+    )
+
+
+def decision_append_lease(head_record: LeaderAuthorityRecord) -> LeaderLease:
+    """The lease of a non-liveness append after `head_record` (§3.3): seq+1; renewal sequence,
+    token, owner, expiry and catalog unchanged (S4: a decision never advances the token)."""
+    seq = head_record.lease.seq
+    if seq >= U64_MAX:
+        raise InvalidArgument("leader authority sequence exhausted")
+    return msgspec.structs.replace(head_record.lease, seq=seq + 1)
+
+
+async def proof_head(authority: LeaderLeaseStore, proof: LeaderProof, what: str) -> PublishedHead:
+    """The published head, if `proof` names its exact term; Fenced otherwise (S5)."""
+    head = await authority.load_published_head()
+    if head is None:
+        raise Fenced(f"{what}: there is no durable leader authority head")
+    if not lease_matches_proof(head.record.lease, proof):
+        raise Fenced(
+            f"{what}: the proof (token {proof.fencing_token}) does not name the durable "
+            f"authority term (token {head.record.lease.token})"
+        )
+    return head

@@ -1,0 +1,245 @@
+"""Authority audits of assignment generations (spec_rebalance §2.10, §4.16; S11, S12).
+
+Every committed version from 2 on must be explained by the leader authority: a drain terminal
+by its drain decision (and its exact committed predecessor), a recovery generation by its
+recovery decision (`recovery_audit`). A draining head is checked against its exact
+predecessor, the live leader term and the absence of a decision. Each failure raises
+`RebalanceError` with the spec's wording (§9), and callers fail closed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from laminar_cluster.assignment.model import is_rollback, snapshot_fence, to_vnode_vec
+from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.authority.assignment_decisions import assignment_drain_decision
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    LeaderProof,
+    RecoveryCapsuleRef,
+)
+from laminar_cluster.clock import within_deadline
+from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
+from laminar_cluster.lease.validate_chains import lease_matches_proof
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.interfaces import (
+    RebalanceError,
+    RecoveryCut,
+    SourceDrainOutcome,
+    recovery_cut,
+)
+
+
+class PinState(enum.Enum):
+    """Where a recovery generation's checkpoint pin stands (§2.10)."""
+
+    ACTIVE = "active"  # the pin on this target is still unresolved
+    PROPAGATED = "propagated"  # moved to D(n+1)'s target, not materialized yet
+    CONSUMED = "consumed"  # a checkpoint committed under this target
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedDrainOutcome:
+    transition: AssignmentDrainTransition
+    outcome: SourceDrainOutcome
+    handoff_checkpoint: RecoveryCapsuleRef | None
+
+    def committed_handoff_checkpoint(self) -> RecoveryCapsuleRef | None:
+        return self.handoff_checkpoint if self.outcome is SourceDrainOutcome.COMMIT else None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedRecoveryCheckpoint:
+    """`checkpoint` and `origin` are None for a recovery to the initial state (LA-20), while
+    no cluster checkpoint has committed (Active or Propagated)."""
+
+    state: PinState
+    checkpoint: RecoveryCapsuleRef | None  # Consumed: the newer committed head
+    origin: CheckpointAssignmentFence | None  # the assignment the cut was taken under
+    successor: CheckpointAssignmentFence | None = None  # Propagated only
+
+    @property
+    def restore_cut(self) -> RecoveryCut:
+        """What a participant restores from: the checkpoint, or the initial state."""
+        return recovery_cut(self.checkpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedAssignmentAuthority:
+    """What the authority says about one generation (§2.10): no successor edge (draining
+    heads and version 1), a drain terminal, or a recovery generation."""
+
+    target_version: int
+    predecessor: CheckpointAssignmentFence | None = None
+    terminal: AuditedDrainOutcome | None = None
+    recovery: AuditedRecoveryCheckpoint | None = None
+    recovery_leader_proof: LeaderProof | None = None
+
+    @property
+    def is_recovery(self) -> bool:
+        return self.recovery is not None
+
+    @property
+    def recovery_pin_is_active(self) -> bool:
+        return self.recovery is not None and self.recovery.state is PinState.ACTIVE
+
+    @property
+    def propagated_recovery_successor(self) -> CheckpointAssignmentFence | None:
+        if self.recovery is None or self.recovery.state is not PinState.PROPAGATED:
+            return None
+        return self.recovery.successor
+
+    @property
+    def active_recovery_leader_proof(self) -> LeaderProof | None:
+        return self.recovery_leader_proof if self.recovery_pin_is_active else None
+
+    def retained_predecessor(self, local_version: int) -> CheckpointAssignmentFence:
+        """The predecessor fence, when this generation is exactly `local_version + 1`."""
+        if local_version + 1 != self.target_version or self.predecessor is None:
+            raise RebalanceError(
+                f"assignment {self.target_version} is not the exact audited successor of local "
+                f"assignment {local_version}"
+            )
+        return self.predecessor
+
+
+def finalized_drain_outcome(
+    transition: AssignmentDrainTransition, terminal: AssignmentSnapshot
+) -> SourceDrainOutcome:
+    """Commit when `terminal` is the target, Abort when it is the rollback (§4.8 step 10, S5)."""
+    target_version = transition.target.assignment_version
+    if terminal.draining or terminal.assignment_version != target_version:
+        raise RebalanceError(
+            f"drain terminal must be a committed snapshot at version {target_version}"
+        )
+    fence = snapshot_fence(terminal)
+    if fence == transition.target:
+        return SourceDrainOutcome.COMMIT
+    if is_rollback(fence, transition):
+        return SourceDrainOutcome.ABORT
+    raise RebalanceError(
+        f"drain terminal {target_version} is neither the transition's target nor its rollback"
+    )
+
+
+def verdict_outcome(verdict: AssignmentVerdict) -> SourceDrainOutcome:
+    return SourceDrainOutcome(verdict.value)
+
+
+async def audit_snapshot_authority_outcome(
+    ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
+) -> AuditedAssignmentAuthority:
+    """§4.16 `audit_snapshot_authority_outcome`, bounded by `deadline`."""
+    version = snapshot.assignment_version
+    async with within_deadline(ctx.clock, deadline, f"assignment {version} authority audit"):
+        if snapshot.draining or version == 1:
+            return AuditedAssignmentAuthority(target_version=version)
+        transition = await ctx.snapshots.load_drain_transition(version)
+        if transition is None:
+            from laminar_cluster.rebalance.audit.recovery import audit_recovery_generation
+
+            return await audit_recovery_generation(ctx, snapshot)
+        terminal = await audit_materialized_drain_transition(ctx, snapshot, transition)
+        return AuditedAssignmentAuthority(
+            target_version=version, predecessor=transition.predecessor, terminal=terminal
+        )
+
+
+async def audit_materialized_drain_transition(
+    ctx: RebalanceContext, snapshot: AssignmentSnapshot, transition: AssignmentDrainTransition
+) -> AuditedDrainOutcome:
+    """A drain terminal: its decision, its exact committed predecessor and its verdict."""
+    version = snapshot.assignment_version
+    decision = await assignment_drain_decision(ctx.authority, version)
+    if decision is None:
+        raise RebalanceError(
+            f"assignment {version}: materialized drain outcome without an authority decision"
+        )
+    if decision.transition != transition:
+        raise RebalanceError(
+            f"assignment {version}: the drain decision names a different transition"
+        )
+    predecessor = await ctx.snapshots.load_version(version - 1)
+    if predecessor is None:
+        raise RebalanceError(f"assignment {version}: lost predecessor {version - 1}")
+    if predecessor.draining or snapshot_fence(predecessor) != transition.predecessor:
+        raise RebalanceError(
+            f"assignment {version}: drain terminal does not bind its exact committed predecessor"
+        )
+    outcome = finalized_drain_outcome(transition, snapshot)
+    if outcome is not verdict_outcome(decision.verdict):
+        raise RebalanceError(
+            f"assignment {version}: materialized {outcome.value} contradicts the authority "
+            f"verdict {decision.verdict.value}"
+        )
+    return AuditedDrainOutcome(
+        transition=transition, outcome=outcome, handoff_checkpoint=decision.handoff_checkpoint
+    )
+
+
+async def audit_drain_predecessor(
+    ctx: RebalanceContext, draining: AssignmentSnapshot
+) -> AssignmentSnapshot:
+    """A follower's check of a draining head (§4.16): exactly local+1, its committed
+    predecessor equal to what runs here, no decision yet, and the opening term still leading."""
+    transition = draining.drain_transition
+    local = ctx.engine.registry()
+    version = draining.assignment_version
+    if transition is None:
+        raise RebalanceError(f"assignment {version} is not draining")
+    if version != local.version + 1:
+        raise RebalanceError(
+            f"draining assignment {version} is not the exact successor of local assignment "
+            f"{local.version}"
+        )
+    to_vnode_vec(draining, ctx.vnode_count)
+    predecessor = await ctx.snapshots.load_version(local.version)
+    if (
+        predecessor is None
+        or predecessor.draining
+        or predecessor.assignment_version != local.version
+        or snapshot_fence(predecessor) != transition.predecessor
+    ):
+        raise RebalanceError(
+            f"draining assignment {version} does not bind the committed predecessor {local.version}"
+        )
+    if not ctx.controller.process_lease_is_live():
+        raise RebalanceError("the local process lease is not live")
+    if await assignment_drain_decision(ctx.authority, version) is not None:
+        raise RebalanceError(
+            f"draining assignment {version} already has a terminal authority decision"
+        )
+    lease = await ctx.authority.load()
+    if lease is None or not lease_matches_proof(lease, transition.leader):
+        raise RebalanceError(f"draining assignment {version}: its leader term was superseded")
+    if predecessor.owners != local.owners:
+        raise RebalanceError(
+            f"draining assignment {version}: the predecessor's owners differ from the local "
+            "registry"
+        )
+    return predecessor
+
+
+async def audit_exact_drain_head(
+    ctx: RebalanceContext, draining: AssignmentSnapshot, *, deadline: float
+) -> AssignmentSnapshot:
+    """The durable head is still exactly `draining`, and its predecessor audit passes."""
+    version = draining.assignment_version
+    async with within_deadline(ctx.clock, deadline, f"draining assignment {version} audit"):
+        head = await ctx.snapshots.load()
+        if head != draining:
+            raise RebalanceError(f"draining assignment {version} is no longer the unfinalized head")
+        return await audit_drain_predecessor(ctx, draining)
+
+
+def local_drain_participant(
+    ctx: RebalanceContext, transition: AssignmentDrainTransition
+) -> FenceParticipant | None:
+    """This exact process when it is a predecessor participant of `transition`."""
+    me = ctx.me
+    if transition.predecessor.participant_incarnation(me.node_id) == me.boot_incarnation:
+        return me
+    return None

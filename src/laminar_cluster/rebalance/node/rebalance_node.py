@@ -1,0 +1,366 @@
+"""`RebalanceNode`: one process's whole rebalance control plane (spec_rebalance §1, §4.2, §4.17).
+
+`run()` acquires the node's process lease (a new boot and term), activates it and reads the
+first membership view, each step retried on StoreUnavailable until one startup deadline
+(`node_startup`; a startup that cannot finish logs `startup_failed` and exits 5), then runs
+until it leaves, is stopped or is fenced, in one TaskGroup:
+
+* the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
+* the `StoreClusterController`'s discovery refresh every `poll_s`;
+* leadership: `LeaderLeaseManager`s back to back while this node is a candidate
+  (`node_leadership.leader_eligible`; a fenced manager is replaced by a new one, which begins
+  a new term, spec_leader_lease S9);
+* the `SnapshotWatcher` (followers and leader alike) and the `RebalanceLoop` (acts while leader;
+  each attempt, `loop.rebalance_attempt`, runs the stopped-recovery round of §1.3 first while
+  this process is recovering, holds `leader_work` and logs `rotated`);
+* `LeaderDuties` (seed v1, periodic checkpoint) and the `NodeMonitor` (log events on state
+  changes);
+* graceful leave (`node_leave`, §4.17), once `request_leave()` is called (the CLI's
+  SIGTERM/SIGINT): draining, drained, left, then stop (exit 0; exit 4 out of leave time).
+
+By default the engine is the `BaseEngine` (no data plane) with a `LeaderCheckpointer`. A
+runtime reuses this assembly without copying it (runtime.node.StreamNode does) through keyword
+arguments:
+
+* `engine_factory(clock, participant, checkpointer)`: the engine;
+* `checkpointer_factory(decisions, authority, proof, owners_of)`: what `checkpoint_until` runs
+  (the periodic checkpoint of `LeaderDuties` and the pre-rotation checkpoint of a rotation);
+* `extra_tasks(ctx, shutdown)`: more long-running `(purpose, coroutine)` pairs started in the
+  node's TaskGroup after the core tasks (their store requests counted under `purpose`; like
+  every task, cancelled `SHUTDOWN_GRACE_S` after shutdown if still running);
+* `store_wrapper(store)`: wraps the caller's store under the node's request counter (metrics);
+* `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to.
+
+While a factory runs, `store`, `decisions` and `authority` are already set on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, Final
+
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    LeaderProof,
+)
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import LaminarError
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
+from laminar_cluster.lease.manager import LeaseManagerConfig
+from laminar_cluster.lease.records import LeaderLeaseOwner
+from laminar_cluster.membership.discovery import Discovery
+from laminar_cluster.membership.leave import keep_renewed
+from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
+from laminar_cluster.rebalance.cluster.controller import StoreClusterController
+from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.handoff_checkpoint import (
+    Checkpointer,
+    LeaderCheckpointer,
+    OwnersOf,
+)
+from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT, NodeConfig
+from laminar_cluster.rebalance.node.duties import LeaderDuties
+from laminar_cluster.rebalance.node.leadership import ManagedLeadership, leader_eligible
+from laminar_cluster.rebalance.node.leave import EXIT_LEAVE_TIMEOUT, EXIT_LEFT, GracefulLeave
+from laminar_cluster.rebalance.node.log import NodeLog
+from laminar_cluster.rebalance.node.loop import RebalanceLoop, rebalance_attempt
+from laminar_cluster.rebalance.node.monitor import NodeMonitor
+from laminar_cluster.rebalance.node.startup import acquire_lease, activate_lease, first_members
+from laminar_cluster.rebalance.node.stats import PurposeCountingStore, counting_as
+from laminar_cluster.rebalance.watcher.publish import PlacementSink
+from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
+from laminar_cluster.store import ObjectStore
+
+EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
+EXIT_FENCED: Final = 3
+EXIT_STARTUP_FAILED: Final = 5  # the startup deadline passed, or a store error no retry fixes
+STARTUP_TIMEOUT_S: Final = 30.0
+# How long tasks get to finish by themselves after shutdown before they are cancelled.
+SHUTDOWN_GRACE_S: Final = 2.0
+
+EngineFactory = Callable[[Clock, FenceParticipant, Checkpointer], BaseEngine]
+CheckpointerFactory = Callable[
+    [DecisionStore, LeaderLeaseStore, Callable[[], LeaderProof | None], OwnersOf], Checkpointer
+]
+# (purpose, work): one more long-running task of the node (module docstring).
+NodeTask = tuple[str, Coroutine[Any, Any, None]]
+ExtraTasks = Callable[[RebalanceContext, asyncio.Event], Iterable[NodeTask]]
+StoreWrapper = Callable[[ObjectStore], ObjectStore]
+
+__all__ = [
+    "EXIT_FENCED",
+    "EXIT_LEAVE_TIMEOUT",
+    "EXIT_LEFT",
+    "EXIT_STARTUP_FAILED",
+    "EXIT_STOPPED",
+    "VNODE_COUNT_DEFAULT",
+    "CheckpointerFactory",
+    "EngineFactory",
+    "ExtraTasks",
+    "NodeConfig",
+    "NodeTask",
+    "RebalanceNode",
+    "StoreWrapper",
+    "control_engine",
+]
+
+
+def control_engine(
+    clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
+) -> BaseEngine:
+    return BaseEngine(clock=clock, participant=participant, checkpointer=checkpointer)
+
+
+class RebalanceNode:
+    """One node process's control plane over `store` (the caller opens and closes it)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        config: NodeConfig,
+        log: NodeLog,
+        *,
+        engine_factory: EngineFactory = control_engine,
+        checkpointer_factory: CheckpointerFactory = LeaderCheckpointer,
+        extra_tasks: ExtraTasks | None = None,
+        store_wrapper: StoreWrapper | None = None,
+        metrics: PlacementSink | None = None,
+    ) -> None:
+        self.requests = PurposeCountingStore(
+            store if store_wrapper is None else store_wrapper(store)
+        )
+        self.store: ObjectStore = self.requests
+        self.clock = clock
+        self.config = config
+        self.log = log
+        self._engine_factory = engine_factory
+        self._checkpointer_factory = checkpointer_factory
+        self._extra_tasks = extra_tasks
+        self.metrics = metrics
+        self.shutdown = asyncio.Event()
+        self.leave_requested = asyncio.Event()
+        self.leader_work = asyncio.Lock()
+        self.exit_code = EXIT_STOPPED
+        self.rotations = 0  # rotations this process settled as leader
+        # Set by `run` once the lease is acquired (tests and the runtime read them).
+        self.holder: ProcessLeaseHolder | None = None
+        self.decisions: DecisionStore | None = None
+        self.authority: LeaderLeaseStore | None = None
+        self.controller: StoreClusterController | None = None
+        self.engine: BaseEngine | None = None
+        self.ctx: RebalanceContext | None = None
+        self._duties: LeaderDuties | None = None
+
+    def request_leave(self) -> None:
+        """Leave gracefully (draining, drained, left), then stop."""
+        self.leave_requested.set()
+
+    def stop(self) -> None:
+        """Stop now, without leaving: peers will see this node die after a ttl."""
+        self.shutdown.set()
+
+    async def run(self) -> int:
+        """Run until left (0), stopped (1), fenced (3), out of leave time (4) or unable to
+        start (5: the startup deadline passed, or a store error that no retry fixes)."""
+        try:
+            holder, leadership, loop = await self._start()
+        except ProcessFenced as error:
+            self.log.write("fenced", error=str(error))
+            self.exit_code = EXIT_FENCED
+        except LaminarError as error:
+            self.log.write("startup_failed", kind=type(error).__name__, error=str(error))
+            self.exit_code = EXIT_STARTUP_FAILED
+        else:
+            try:
+                await self._run_tasks(holder, leadership, loop)
+            except* ProcessFenced as group:
+                self.log.write("fenced", error=str(group.exceptions[0]))
+                self.exit_code = EXIT_FENCED
+            except* Exception as group:
+                self.log.write("crashed", error=repr(group.exceptions[0]))
+                raise
+        self.log.write("stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    async def _start(self) -> tuple[ProcessLeaseHolder, ManagedLeadership, RebalanceLoop]:
+        """Acquire and activate the process lease, assemble the control plane and read the
+        first membership view, each store step retried on StoreUnavailable until one startup
+        deadline (`node_startup`)."""
+        config, clock = self.config, self.clock
+        deadline = clock.monotonic() + STARTUP_TIMEOUT_S
+        holder = ProcessLeaseHolder(self.store, clock, config.node_id, ttl_s=config.ttl_s)
+        self.holder = holder
+        acquired = await acquire_lease(holder, clock, deadline=deadline)
+        predecessor = acquired.predecessor
+        self.log.write(
+            "acquired",
+            term=acquired.record.lease.term,
+            boot=acquired.record.lease.owner,
+            predecessor_term=None if predecessor is None else predecessor.lease.term,
+        )
+        await activate_lease(holder, clock, deadline=deadline)
+        self.log.write("active", term=acquired.record.lease.term)
+        leadership, loop = self._assemble(holder)
+        assert self.controller is not None
+        await first_members(self.controller, clock, deadline=deadline)
+        return holder, leadership, loop
+
+    def _assemble(self, holder: ProcessLeaseHolder) -> tuple[ManagedLeadership, RebalanceLoop]:
+        config, clock, store = self.config, self.clock, self.store
+        boot, term = holder.record.lease.owner, holder.record.lease.term
+        decisions = DecisionStore.shared(store, clock=clock)
+        authority = LeaderLeaseStore(store, clock=clock, ttl_s=config.ttl_s, decisions=decisions)
+        self.decisions, self.authority = decisions, authority
+        snapshots = AssignmentSnapshotStore(store)
+        owner = LeaderLeaseOwner(node=config.node_id, boot=boot, process_term=term)
+        leadership = ManagedLeadership(
+            authority,
+            owner,
+            LeaseManagerConfig(config.ttl_s, config.renew_interval_s, config.observe_interval_s),
+            clock,
+        )
+        controller = StoreClusterController(
+            store=store,
+            clock=clock,
+            node_id=config.node_id,
+            holder=holder,
+            discovery=Discovery(store, clock),
+            authority=authority,
+            snapshots=snapshots,
+            leadership=leadership,
+        )
+        checkpointer = self._checkpointer_factory(
+            decisions, authority, controller.capture_leader_proof, self._owners_of
+        )
+        self.engine = self._engine_factory(clock, controller.local_participant(), checkpointer)
+        self.controller = controller
+        self.ctx = RebalanceContext(
+            controller=controller,
+            engine=self.engine,
+            snapshots=snapshots,
+            config=config.rebalance_config(),
+            vnode_count=config.vnode_count,
+        )
+        return leadership, RebalanceLoop(self.ctx, attempt=self._attempt)
+
+    def _owners_of(self, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
+        """The owner map of `fence` when it is the version the local engine runs."""
+        engine = self.engine
+        if engine is None:
+            return None
+        registry = engine.registry()
+        return registry.owners if registry.version == fence.assignment_version else None
+
+    async def _attempt(self, ctx: RebalanceContext, live: Sequence[int]) -> int | None:
+        """One `rebalance_attempt` (a stopped-recovery round while recovering, then
+        `try_rebalance`) under `leader_work`, logged with its own store requests; nothing to do
+        before the boot seed (`LeaderDuties` writes it)."""
+        if self._duties is None or not self._duties.seeded:
+            return None
+        async with self.leader_work:
+            started_s = self.clock.monotonic()
+            before = self.requests.count_of("rebalance")
+            try:
+                settled = await rebalance_attempt(ctx, live)
+            except (LaminarError, ValueError) as error:
+                self.log.write("rebalance_failed", error=str(error), live=list(live))
+                raise
+            if settled is not None:
+                self.rotations += 1
+                self.log.write(
+                    "rotated",
+                    version=settled,
+                    live=list(live),
+                    attempt_started=started_s,
+                    attempt_s=round(self.clock.monotonic() - started_s, 4),
+                    requests=self.requests.count_of("rebalance") - before,
+                )
+            return settled
+
+    async def _run_tasks(
+        self, holder: ProcessLeaseHolder, leadership: ManagedLeadership, loop: RebalanceLoop
+    ) -> None:
+        assert self.controller is not None and self.engine is not None and self.ctx is not None
+        controller, engine, ctx, shutdown = self.controller, self.engine, self.ctx, self.shutdown
+        duties = LeaderDuties(
+            ctx, controller, engine, self.log, self.leader_work, self.config.checkpoint_interval_s
+        )
+        self._duties = duties
+        monitor = NodeMonitor(
+            self.log,
+            controller,
+            engine,
+            leadership,
+            self.requests,
+            interval_s=self.config.monitor_interval_s or min(0.02, self.config.poll_s / 10),
+            stats_interval_s=self.config.stats_interval_s,
+        )
+        watcher = SnapshotWatcher(ctx, self.metrics)
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(_as("lease", self._renew(holder))),
+                group.create_task(_as("membership", controller.run(shutdown, self.config.poll_s))),
+                group.create_task(_as("leadership", leadership.run(shutdown))),
+                group.create_task(self._follow_candidacy(leadership)),
+                group.create_task(_as("watcher", watcher.run(shutdown))),
+                group.create_task(_as("rebalance", loop.run(shutdown))),
+                group.create_task(_as("duties", duties.run(shutdown))),
+                group.create_task(_as("leave", self._leave_when_asked(holder))),
+                group.create_task(monitor.run(shutdown)),
+            ]
+            if self._extra_tasks is not None:
+                for purpose, work in self._extra_tasks(ctx, shutdown):
+                    tasks.append(group.create_task(_as(purpose, work)))
+            group.create_task(self._cancel_after_shutdown(tasks))
+
+    async def _follow_candidacy(self, leadership: ManagedLeadership) -> None:
+        """Keep the leader candidacy equal to `leader_eligible` (node_leadership), checked
+        every quarter poll from local state only (the registry and the latest view)."""
+        controller, engine = self.controller, self.engine
+        assert controller is not None and engine is not None
+        while not self.shutdown.is_set():
+            view = controller.membership_view()
+            live = () if view is None else view.live_nodes()
+            leadership.set_eligible(
+                leader_eligible(self.config.node_id, engine.registry().owners, live)
+            )
+            try:
+                async with self.clock.timeout_at(self.clock.monotonic() + self.config.poll_s / 4):
+                    await self.shutdown.wait()
+            except TimeoutError:
+                pass
+
+    async def _renew(self, holder: ProcessLeaseHolder) -> None:
+        await keep_renewed(holder, self.clock, interval_s=self.config.renew_interval_s)
+
+    async def _cancel_after_shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
+        """After shutdown, give the tasks `SHUTDOWN_GRACE_S` to return, then cancel the rest."""
+        await self.shutdown.wait()
+        try:
+            async with self.clock.timeout_at(self.clock.monotonic() + SHUTDOWN_GRACE_S):
+                await asyncio.wait(tasks)
+        except TimeoutError:
+            pass
+        for task in tasks:
+            task.cancel()
+
+    async def _leave_when_asked(self, holder: ProcessLeaseHolder) -> None:
+        """§4.17 graceful exit (`node_leave`), then shutdown."""
+        assert self.ctx is not None and self.engine is not None
+        leave = GracefulLeave(holder, self.clock, self.config, self.log, self.ctx, self.engine)
+        exit_code = await leave.when_asked(self.leave_requested, self.shutdown)
+        if exit_code is not None:
+            self.exit_code = exit_code
+            self.shutdown.set()
+
+
+async def _as(purpose: str, work: Awaitable[None]) -> None:
+    """Run `work` with its store requests counted under `purpose`."""
+    counting_as(purpose)
+    await work
