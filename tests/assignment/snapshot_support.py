@@ -7,12 +7,8 @@ from collections.abc import Sequence
 
 from laminar_cluster.assignment.model import next_draining, validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import (
-    FenceParticipant,
-    LeaderOwner,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
+from laminar_cluster.fencing import FenceParticipant, LeaderOwner, LeaderProof
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentVerdict,

@@ -20,7 +20,7 @@ from laminar_cluster.authority.assignment_decisions import (
     materialize_assignment_recovery,
     new_drain_decision,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
 from laminar_cluster.store import ObjectStore
 from tests.authority.assignment_support import cref, leader, pfence, rec_drain, rec_recovery

@@ -15,8 +15,8 @@ from laminar_cluster.assignment.digest import (
     required_participants,
     transition_digest,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderOwner, LeaderProof
-from laminar_cluster.checkpoint.validate import ShapeViolation
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.fencing import FenceParticipant, LeaderOwner, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
 
 P1 = FenceParticipant(node_id=1, boot_incarnation=str(uuid.UUID(int=11)))

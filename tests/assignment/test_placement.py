@@ -13,8 +13,8 @@ from laminar_cluster.assignment.placement import (
     successor_participant_ids,
     successor_participants,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import FenceParticipant
 
 
 def test_t22_locality_parse() -> None:

@@ -17,8 +17,8 @@ from laminar_cluster.assignment.rendezvous import (
     vnodes_per_node,
     weight,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import FenceParticipant
 
 
 def test_spec_weight_vectors() -> None:

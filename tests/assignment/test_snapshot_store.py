@@ -26,8 +26,8 @@ from laminar_cluster.assignment.paths import (
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Conflict, Rotated
 from laminar_cluster.authority.assignment_decisions import AssignmentSnapshotSource
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.codec import encode
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.records import AssignmentVerdict, AuthorityAssignmentDecision
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore

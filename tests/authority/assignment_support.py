@@ -17,13 +17,9 @@ from laminar_cluster.authority.assignment_decisions import (
     record_assignment_drain_decision,
     record_assignment_recovery_decision,
 )
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.errors import LaminarError, ObjectNotFound
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,

@@ -10,11 +10,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from laminar_cluster.authority.recovery_faults import RecoveryFaultInventory
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    LeaderProof,
-)
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import (
     CatalogManifest,

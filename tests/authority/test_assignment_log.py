@@ -20,7 +20,6 @@ from laminar_cluster.authority.assignment_decisions import (
     prune_assignment_drain_decisions_before,
     record_assignment_drain_decision,
 )
-from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.errors import (
     CorruptRecord,
     DeadlineExceeded,
@@ -28,6 +27,7 @@ from laminar_cluster.errors import (
     InventoryChanged,
     Refused,
 )
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.paths import HEAD_PATH, record_path
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,

@@ -19,7 +19,6 @@ from laminar_cluster.authority.catalog import (
     load_sealed_catalog_manifest,
     seal_catalog,
 )
-from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.errors import (
     CorruptRecord,
     DeadlineExceeded,
@@ -28,6 +27,7 @@ from laminar_cluster.errors import (
     Refused,
     StoreUnavailable,
 )
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.paths import catalog_manifest_path, record_path
 from laminar_cluster.lease.records import CatalogManifest, LeaderLease

@@ -23,8 +23,9 @@ from laminar_cluster.authority.cluster_outcomes import (
 from laminar_cluster.checkpoint.capsule import reference_path
 from laminar_cluster.checkpoint.capsule_gc import RecoveryCapsuleGcStep
 from laminar_cluster.checkpoint.paths import CAPSULES_PREFIX, QUARANTINE_PREFIX
-from laminar_cluster.checkpoint.records import CheckpointOutcome, LeaderProof
+from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.errors import CorruptRecord, Fenced, Refused
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import OVERWRITE, ObjectStore
 from tests.authority.test_cluster_outcome_helpers import (

@@ -22,13 +22,13 @@ from laminar_cluster.checkpoint.records import (
     CheckpointVerdict,
     Conflict,
     Created,
-    LeaderProof,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
     Unchanged,
 )
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import StoreUnavailable
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import RECORDS_PREFIX, parse_record_path, record_path

@@ -30,10 +30,9 @@ from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
-    LeaderOwner,
-    LeaderProof,
 )
 from laminar_cluster.errors import DeadlineExceeded, Fenced, InvalidArgument, Refused
+from laminar_cluster.fencing import LeaderOwner, LeaderProof
 from laminar_cluster.lease.paths import HEAD_PATH, record_path
 from laminar_cluster.store import ObjectStore
 from tests.authority.recovery_support import manifest_of

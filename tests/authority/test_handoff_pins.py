@@ -40,16 +40,14 @@ from laminar_cluster.authority.handoff_pins import (
 )
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointVerdict,
-    FenceParticipant,
-    LeaderProof,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.codec import encode, sha256_digest32, sha256_hex
 from laminar_cluster.errors import Contended, CorruptRecord, InvalidArgument, Refused
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (

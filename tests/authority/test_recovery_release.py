@@ -29,10 +29,10 @@ from laminar_cluster.authority.recovery_release import (
     terminal_path,
     terminal_ref,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderProof
 from laminar_cluster.codec import encode
 from laminar_cluster.codec.types import U64_MAX
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.fencing import FenceParticipant, LeaderProof
 from laminar_cluster.lease.limits import MAX_AUTHORITY_RECORD_BYTES, MAX_RECOVERY_FAULT_SLOTS
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (

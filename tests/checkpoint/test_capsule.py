@@ -27,15 +27,11 @@ from laminar_cluster.checkpoint.paths import (
 )
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
-    FenceParticipant,
-    LeaderOwner,
-    LeaderProof,
     PipelineIdentity,
     RecoveryCapsuleRef,
 )
@@ -45,6 +41,12 @@ from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,
     ObjectNotFound,
+)
+from laminar_cluster.fencing import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    LeaderOwner,
+    LeaderProof,
 )
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore
 from tests.support.scripted_store import ScriptedStore

@@ -24,15 +24,11 @@ from laminar_cluster.checkpoint.paths import (
     parse_outcome_path,
 )
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     Conflict,
     Created,
-    FenceParticipant,
-    LeaderOwner,
-    LeaderProof,
     OutcomeGcFloor,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
@@ -47,6 +43,12 @@ from laminar_cluster.errors import (
     PreconditionFailed,
     Refused,
     StoreUnavailable,
+)
+from laminar_cluster.fencing import (
+    CheckpointAssignmentFence,
+    FenceParticipant,
+    LeaderOwner,
+    LeaderProof,
 )
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore
 from tests.checkpoint.conftest import deadline

@@ -7,9 +7,9 @@ from typing import Literal
 
 import pytest
 
-from laminar_cluster.checkpoint.validate import ShapeViolation, canonical_uuid
 from laminar_cluster.codec import Record, decode, encode
 from laminar_cluster.codec.memo import pure_memo
+from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
 from laminar_cluster.codec.types import U64, is_deeply_immutable
 from laminar_cluster.errors import CorruptRecord
 

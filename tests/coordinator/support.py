@@ -16,12 +16,7 @@ from dataclasses import dataclass, field
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointAttempt,
-    FenceParticipant,
-    LeaderProof,
-)
+from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
 from laminar_cluster.coordinator.host import Cut, VnodeCut
@@ -30,6 +25,7 @@ from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import Acquired

@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.authority.cluster_outcomes import record_cluster_outcome
-from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict, LeaderProof
+from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
 from laminar_cluster.coordinator.participant import Idle, Ignored, InDoubt, Resolved
 from laminar_cluster.coordinator.paths import ATTEMPTS_PREFIX, manifest_path
 from laminar_cluster.errors import ObjectNotFound
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from tests.assignment.snapshot_support import participant, snapshot

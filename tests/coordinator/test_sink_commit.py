@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome
-from laminar_cluster.checkpoint.records import CheckpointOutcome, FenceParticipant
+from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_commit_path
@@ -23,6 +23,7 @@ from laminar_cluster.coordinator.sink_commits import (
     write_sink_commit,
 )
 from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from tests.coordinator.support import POLL_S, Cluster, make_cluster
 

@@ -17,16 +17,18 @@ import msgspec
 import pytest
 
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
+    RecoveryCapsuleRef,
+)
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.fencing import (
+    CheckpointAssignmentFence,
     FenceParticipant,
     LeaderOwner,
     LeaderProof,
-    RecoveryCapsuleRef,
 )
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.lease import validate as v
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,

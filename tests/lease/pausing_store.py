@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.errors import WriteOutcomeUnknown
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease import log
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired, Held, LeaderLeaseObservation, LeaseOutcome

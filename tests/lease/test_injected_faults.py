@@ -26,7 +26,6 @@ from laminar_cluster.checkpoint.records import (
     CheckpointVerdict,
     Conflict,
     Created,
-    LeaderProof,
     Unchanged,
 )
 from laminar_cluster.clock import SimulatedClock
@@ -38,6 +37,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.log import load_published_head, read_record
 from laminar_cluster.lease.outcomes import Acquired, LeaderLeaseObservation

@@ -19,8 +19,12 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument, StoreUnavaila
 from laminar_cluster.lease import log
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_AUTHORITY_RECORD_BYTES
-from laminar_cluster.lease.log import VersionedPointer
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated, AppendExistingIdentical
+from laminar_cluster.lease.outcomes import (
+    AppendContended,
+    AppendCreated,
+    AppendExistingIdentical,
+    VersionedPointer,
+)
 from laminar_cluster.lease.paths import HEAD_PATH, RECORDS_PREFIX, record_path
 from laminar_cluster.lease.validate import decode_pointer, encode_pointer, encode_record
 from laminar_cluster.store import CREATE, ObjectStore

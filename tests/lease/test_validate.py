@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.codec import encode
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease import validate as v
 from laminar_cluster.lease.paths import HEAD_PATH, record_path

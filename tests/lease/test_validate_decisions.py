@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from laminar_cluster.checkpoint.validate import ShapeViolation
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.lease import validate as v
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,

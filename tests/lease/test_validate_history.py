@@ -12,16 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointOutcome,
-    FenceParticipant,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
-from laminar_cluster.checkpoint.validate import ShapeViolation
+from laminar_cluster.checkpoint.records import CheckpointOutcome, RecoveryCapsuleRef
 from laminar_cluster.codec import encode
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease import validate as v
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (

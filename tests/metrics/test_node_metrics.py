@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from laminar_cluster.assignment.placement import PlacementMetrics
-from laminar_cluster.checkpoint.records import CheckpointVerdict, LeaderOwner, LeaderProof
+from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import LeaderOwner, LeaderProof
 from laminar_cluster.metrics import CHECKPOINT_FAILED, NodeMetrics
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 from laminar_cluster.store import open_store

@@ -24,8 +24,8 @@ from laminar_cluster.assignment.audit import AuthorityDecisions, audit_authority
 from laminar_cluster.assignment.rendezvous import rendezvous_assignment
 from laminar_cluster.assignment.snapshot_io import inventory
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import RealClock
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.harness.fleet import NodeFleet, NodeTimings, Run, committed_head
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import ObjectStore, open_store

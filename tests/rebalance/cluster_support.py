@@ -26,8 +26,8 @@ from laminar_cluster.assignment.model import validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderProof
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner

@@ -19,8 +19,9 @@ from laminar_cluster.assignment.model import next_draining, snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Rotated
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine

@@ -15,8 +15,8 @@ from typing import Any, ParamSpec
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine, VnodeStateReady

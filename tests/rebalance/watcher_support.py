@@ -19,8 +19,9 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Rotated
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.authority.recovery_faults import recovery_fault_inventory
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.membership.records import NodeState
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.cluster.slots import read_adopted_assignments, read_drain_acks

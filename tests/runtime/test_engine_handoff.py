@@ -22,10 +22,10 @@ from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
 from laminar_cluster.clock import RealClock
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner

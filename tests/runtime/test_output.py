@@ -22,8 +22,6 @@ from laminar_cluster.checkpoint.records import (
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointVerdict,
-    FenceParticipant,
-    LeaderProof,
 )
 from laminar_cluster.clock import RealClock
 from laminar_cluster.codec import sha256_hex
@@ -32,6 +30,7 @@ from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_c
 from laminar_cluster.coordinator.records import ParticipantManifest
 from laminar_cluster.coordinator.sink_commits import sink_commit_from_outcome, write_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.fencing import FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.runtime.output import (
     AggregateRecord,

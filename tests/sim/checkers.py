@@ -34,8 +34,8 @@ from laminar_cluster.assignment.snapshot_io import (
     load_effective,
     load_materialization,
 )
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.clock import Clock
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import RECORDS_PREFIX, parse_record_path

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.membership import NodeState
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.assignment.vnode import MAX_VNODE_COUNT
-from laminar_cluster.checkpoint.limits import MAX_CHECKPOINT_PARTICIPANTS
-from laminar_cluster.checkpoint.records import (
+from laminar_cluster.codec import digest32, digest32_bytes
+from laminar_cluster.codec.memo import pure_memo
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.fencing import (
+    MAX_CHECKPOINT_PARTICIPANTS,
     CheckpointAssignmentFence,
     FenceParticipant,
     LeaderProof,
+    fence_is_canonical,
 )
-from laminar_cluster.checkpoint.validate import ShapeViolation, fence_is_canonical
-from laminar_cluster.codec import digest32, digest32_bytes
-from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.lease.records import AssignmentDrainTransition
 
 PARTITIONING_ABI_VERSION: Final = 1

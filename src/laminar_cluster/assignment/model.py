@@ -17,14 +17,10 @@ from laminar_cluster.assignment.digest import (
     transition_digest,
 )
 from laminar_cluster.assignment.records import AssignmentSnapshot, DrainFinalization
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    LeaderProof,
-)
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.codec import digest32, digest32_bytes
 from laminar_cluster.codec.memo import pure_memo
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.lease.validate_decisions import drain_transition_problem
 

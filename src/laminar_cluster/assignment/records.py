@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.codec import I64, U64, Digest32, Record
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentSnapshotRef
 
 

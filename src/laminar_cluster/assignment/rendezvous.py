@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 
 import xxhash
 
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import FenceParticipant
 
 
 def weight(vnode: int, node_id: int) -> int:

@@ -46,15 +46,15 @@ from laminar_cluster.assignment.snapshot_io import (
     require,
     snapshot_ref,
 )
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
-from laminar_cluster.checkpoint.validate import ShapeViolation, reading, writing
 from laminar_cluster.codec import decode, encode_checked
+from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,
     ObjectNotFound,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentDrainTransition,

@@ -24,8 +24,8 @@ from laminar_cluster.assignment.records import (
     DrainFinalization,
     RecoveryMaterialization,
 )
-from laminar_cluster.checkpoint.validate import ShapeViolation, reading
 from laminar_cluster.codec import Record, decode, encode, sha256_hex
+from laminar_cluster.codec.shape import ShapeViolation, reading
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.lease.records import AssignmentSnapshotRef
 from laminar_cluster.lease.validate_decisions import MAX_ASSIGNMENT_SNAPSHOT_BYTES

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.records import LeaderProof
-from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     CorruptRecord,
     Fenced,
@@ -38,9 +37,10 @@ from laminar_cluster.errors import (
     Refused,
     StoreUnavailable,
 )
+from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.log import PublishedHead, read_record_from, require_advanced
-from laminar_cluster.lease.outcomes import AppendContended
+from laminar_cluster.lease.log import read_record_from, require_advanced
+from laminar_cluster.lease.outcomes import AppendContended, PublishedHead
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,

@@ -39,13 +39,9 @@ from laminar_cluster.authority.assignment_chain import (
     proof_head,
     prune_assignment_drain_decisions_before,
 )
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
-from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     Contended,
     CorruptRecord,
@@ -58,6 +54,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof, proof_is_canonical
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
 from laminar_cluster.lease.log import require_advanced
 from laminar_cluster.lease.outcomes import AppendCreated, AppendExistingIdentical

@@ -26,10 +26,9 @@ import msgspec
 
 from laminar_cluster.authority.recovery_faults import next_sequence
 from laminar_cluster.checkpoint.reader import read_content_addressed
-from laminar_cluster.checkpoint.records import LeaderProof
-from laminar_cluster.checkpoint.validate import proof_is_canonical, reading, writing
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import decode, encode_checked, sha256_hex
+from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     Fenced,
@@ -41,6 +40,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,

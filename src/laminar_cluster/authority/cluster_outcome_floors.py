@@ -34,9 +34,9 @@ from laminar_cluster.authority.outcome_audit import (
     cached_audit,
 )
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.records import CheckpointOutcome, LeaderProof
-from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
+from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     CorruptRecord,
     Fenced,
@@ -44,6 +44,7 @@ from laminar_cluster.errors import (
     Refused,
     StoreUnavailable,
 )
+from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,
     OUTCOME_HISTORY_COMPACTION_TRIGGER,

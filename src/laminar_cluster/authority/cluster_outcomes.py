@@ -60,20 +60,19 @@ from laminar_cluster.authority.outcome_audit import (
     cached_audit,
 )
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     Conflict,
     Created,
-    LeaderProof,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
     Unchanged,
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import Refused
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
 from laminar_cluster.lease.records import LeaderAuthorityRecord, OutcomeLink

@@ -51,12 +51,9 @@ from typing import TYPE_CHECKING, Final
 
 from laminar_cluster.authority.assignment_chain import live_decisions_newest_first
 from laminar_cluster.authority.outcome_audit import cached_audit
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointOutcome,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import CheckpointOutcome, RecoveryCapsuleRef
 from laminar_cluster.errors import InventoryChanged
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentVerdict,

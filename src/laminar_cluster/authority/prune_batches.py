@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from laminar_cluster.checkpoint.validate import reading
 from laminar_cluster.clock import Clock
+from laminar_cluster.codec.shape import reading
 from laminar_cluster.errors import (
     InvalidArgument,
     ObjectNotFound,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import msgspec
 
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.validate import writing
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     Fenced,
     InvalidArgument,

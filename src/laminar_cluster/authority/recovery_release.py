@@ -41,10 +41,10 @@ from laminar_cluster.authority.recovery_terminal import (
     validate_announcement,
     validate_round,
 )
-from laminar_cluster.checkpoint.records import LeaderProof
-from laminar_cluster.checkpoint.validate import proof_is_canonical, writing
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import CorruptRecord, Fenced, LaminarError, StoreUnavailable
+from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import (
     AUTHORITY_MUTATION_ATTEMPTS_MAX,

@@ -42,14 +42,8 @@ import itertools
 from typing import Final
 
 from laminar_cluster.checkpoint.reader import read_content_addressed
-from laminar_cluster.checkpoint.validate import (
-    ShapeViolation,
-    fence_is_canonical,
-    proof_is_canonical,
-    reading,
-    writing,
-)
 from laminar_cluster.codec import decode, encode, encode_checked, sha256_hex
+from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.codec.types import U64_MAX
 from laminar_cluster.errors import (
     CorruptRecord,
@@ -61,6 +55,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import fence_is_canonical, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_RECOVERY_RELEASE_TERMINAL_BYTES
 from laminar_cluster.lease.paths import release_terminal_path

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from laminar_cluster.assignment.model import snapshot_fence, validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.harness.workload import Workload, expected_aggregates, produce
 from laminar_cluster.runtime.engine import StreamEngine
 from laminar_cluster.runtime.engine_types import EngineConfig

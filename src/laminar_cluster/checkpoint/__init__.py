@@ -3,21 +3,18 @@
 from laminar_cluster.checkpoint.decision_store import DecisionStore
 from laminar_cluster.checkpoint.records import (
     AllocatorMode,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     Conflict,
     Created,
-    LeaderProof,
     RecordOutcomeResult,
     Unchanged,
 )
 
 __all__ = [
     "AllocatorMode",
-    "CheckpointAssignmentFence",
     "CheckpointAttempt",
     "CheckpointOutcome",
     "CheckpointScope",
@@ -25,7 +22,6 @@ __all__ = [
     "Conflict",
     "Created",
     "DecisionStore",
-    "LeaderProof",
     "RecordOutcomeResult",
     "Unchanged",
 ]

@@ -27,13 +27,12 @@ from laminar_cluster.checkpoint.records import (
     RecoveryCapsuleRef,
 )
 from laminar_cluster.checkpoint.validate import (
-    reading,
     validate_capsule,
     validate_capsule_ref,
     validate_outcome_shape,
-    writing,
 )
 from laminar_cluster.codec import decode_sorted, encode_sorted, encode_sorted_checked, sha256_hex
+from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,

@@ -51,14 +51,9 @@ from laminar_cluster.checkpoint.paths import (
 )
 from laminar_cluster.checkpoint.reader import Loaded, read_bytes, read_record
 from laminar_cluster.checkpoint.records import RecoveryCapsuleGcCursor, RecoveryCapsuleRef
-from laminar_cluster.checkpoint.validate import (
-    ShapeViolation,
-    reading,
-    validate_capsule_ref,
-    validate_cursor,
-    writing,
-)
+from laminar_cluster.checkpoint.validate import validate_capsule_ref, validate_cursor
 from laminar_cluster.codec import encode_checked
+from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,

@@ -30,14 +30,12 @@ from laminar_cluster.checkpoint import (
 from laminar_cluster.checkpoint.context import DecisionContext, namespace_lock
 from laminar_cluster.checkpoint.records import (
     AllocatorMode,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointSinkOpenWitness,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
-    LeaderProof,
     PipelineIdentity,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
@@ -45,6 +43,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.checkpoint.retention import OutcomeRetentionBoundary
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import StoreUnavailable
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.store import ObjectStore
 
 

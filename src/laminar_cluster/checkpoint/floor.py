@@ -27,8 +27,9 @@ from laminar_cluster.checkpoint.limits import FLOOR_VERSION, MAX_FLOOR_BYTES
 from laminar_cluster.checkpoint.paths import floor_path
 from laminar_cluster.checkpoint.reader import Loaded, read_bytes
 from laminar_cluster.checkpoint.records import AllocatorMode, OutcomeGcFloor
-from laminar_cluster.checkpoint.validate import reading, validate_floor, writing
+from laminar_cluster.checkpoint.validate import validate_floor
 from laminar_cluster.codec import decode, encode, encode_checked
+from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,

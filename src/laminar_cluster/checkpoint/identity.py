@@ -13,8 +13,9 @@ from laminar_cluster.checkpoint.limits import MAX_IDENTITY_BYTES
 from laminar_cluster.checkpoint.paths import IDENTITY_PATH
 from laminar_cluster.checkpoint.reader import Loaded, read_record
 from laminar_cluster.checkpoint.records import AllocatorMode, DeploymentIdentity
-from laminar_cluster.checkpoint.validate import reading, validate_identity
+from laminar_cluster.checkpoint.validate import validate_identity
 from laminar_cluster.codec import encode_checked
+from laminar_cluster.codec.shape import reading
 from laminar_cluster.errors import (
     CorruptRecord,
     ObjectAlreadyExists,

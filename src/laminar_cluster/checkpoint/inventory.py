@@ -34,7 +34,8 @@ from laminar_cluster.checkpoint.limits import (
 from laminar_cluster.checkpoint.paths import OUTCOMES_PREFIX, outcome_path, parse_outcome_path
 from laminar_cluster.checkpoint.reader import read_bytes
 from laminar_cluster.checkpoint.records import CheckpointOutcome, CheckpointScope
-from laminar_cluster.checkpoint.validate import reading, validate_outcome_shape
+from laminar_cluster.checkpoint.validate import validate_outcome_shape
+from laminar_cluster.codec.shape import reading
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged
 
 A = TypeVar("A")

@@ -25,7 +25,6 @@ CHECKPOINT_ID_BLOCK_SIZE: Final = 65_536
 U64_MAX: Final = 2**64 - 1
 
 MAX_WITNESS_SINKS: Final = 1_024
-MAX_CHECKPOINT_PARTICIPANTS: Final = 129
 
 # Stability retries of reads that race a concurrent GC floor advance (§4.5, §4.6).
 OUTCOME_READ_ATTEMPTS: Final = 3

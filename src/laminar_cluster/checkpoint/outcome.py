@@ -30,19 +30,18 @@ from laminar_cluster.checkpoint.inventory import (
 from laminar_cluster.checkpoint.limits import MAX_OUTCOME_BYTES, OUTCOME_READ_ATTEMPTS
 from laminar_cluster.checkpoint.paths import outcome_path
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     Conflict,
     Created,
-    LeaderProof,
     RecordOutcomeResult,
     RecoveryCapsuleRef,
     Unchanged,
 )
-from laminar_cluster.checkpoint.validate import validate_outcome_shape, writing
+from laminar_cluster.checkpoint.validate import validate_outcome_shape
 from laminar_cluster.codec import encode_checked
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     InvalidArgument,
     InventoryChanged,
@@ -53,6 +52,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.store import CREATE
 
 __all__ = [

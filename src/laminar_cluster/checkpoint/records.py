@@ -1,10 +1,9 @@
 """Durable records of the checkpoint decision store (spec_checkpoint_decision §3).
 
 Field order is JSON key order (canonical family A), except the recovery capsule, whose keys are
-sorted (family B). UUIDs are strings checked by `validate.canonical_uuid` (lowercase, hyphenated,
-non-nil) so that the error names the field. The authority types (`LeaderProof`,
-`CheckpointAssignmentFence`) are defined here, the lowest layer that stores them; the leader
-authority and the assignment layer import them from here.
+sorted (family B). UUIDs are strings checked by `codec.shape.canonical_uuid` (lowercase,
+hyphenated, non-nil) so that the error names the field. The fencing types they carry
+(`LeaderProof`, `CheckpointAssignmentFence`) are `laminar_cluster.fencing`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +13,11 @@ from typing import Literal
 
 import msgspec
 
-from laminar_cluster.codec import U16, U32, U64, Digest32, Record
+from laminar_cluster.codec import U16, U64, Record
+from laminar_cluster.fencing import (
+    CheckpointAssignmentFence,
+    LeaderProof,
+)
 
 
 class CheckpointScope(enum.Enum):
@@ -63,39 +66,6 @@ class CheckpointAttempt(Record):
         if self.epoch > other.epoch and self.checkpoint_id > other.checkpoint_id:
             return AttemptRelation.NEWER
         return AttemptRelation.CONFLICT
-
-
-class LeaderOwner(Record):
-    node_id: U64
-    boot_id: str
-    process_term: U64
-
-
-class LeaderProof(Record):
-    """A leader's proof of authority: its exact incarnation and fencing token."""
-
-    owner: LeaderOwner
-    fencing_token: U64
-
-
-class FenceParticipant(Record):
-    node_id: U64
-    boot_incarnation: str
-
-
-class CheckpointAssignmentFence(Record):
-    """The assignment a cluster checkpoint was taken under: version, shape, exact roster."""
-
-    assignment_version: U64
-    vnode_count: U32
-    assignment_digest: Digest32
-    participants: tuple[FenceParticipant, ...]
-
-    def participant_incarnation(self, node_id: int) -> str | None:
-        for participant in self.participants:
-            if participant.node_id == node_id:
-                return participant.boot_incarnation
-        return None
 
 
 class RecoveryCapsuleRef(Record):

@@ -1,9 +1,8 @@
 """Validation rules of every checkpoint record (spec_checkpoint_decision §3), run on encode and
 decode.
 
-Each rule raises `ShapeViolation` with the spec's message substring. A reader turns it into
-`CorruptRecord` naming the object (`reading(key)`); a writer into `InvalidArgument` before any
-I/O (`writing(what)`).
+Each rule raises `codec.shape.ShapeViolation` with the spec's message substring; `reading` and
+`writing` there turn it into `CorruptRecord` or `InvalidArgument`.
 """
 
 from __future__ import annotations
@@ -11,21 +10,16 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Final
 
 from laminar_cluster.checkpoint.limits import (
     CAPSULE_GC_CURSOR_VERSION,
-    MAX_CHECKPOINT_PARTICIPANTS,
     MAX_RECOVERY_CAPSULE_BYTES,
     MAX_WITNESS_SINKS,
     PIPELINE_IDENTITY_VERSION,
 )
 from laminar_cluster.checkpoint.paths import CAPSULES_PREFIX
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
@@ -33,7 +27,6 @@ from laminar_cluster.checkpoint.records import (
     CheckpointSinkOpenWitnessSlot,
     ClusterRecoveryCapsule,
     DeploymentIdentity,
-    LeaderProof,
     OutcomeGcFloor,
     PipelineIdentity,
     RecoveryCapsuleGcCursor,
@@ -41,79 +34,16 @@ from laminar_cluster.checkpoint.records import (
     WitnessClosed,
 )
 from laminar_cluster.codec import is_sha256_hex
-from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.codec.shape import (
+    ShapeViolation,
+    canonical_uuid,
+)
+from laminar_cluster.fencing import (
+    fence_is_canonical,
+    proof_is_canonical,
+)
 
-_NIL: Final = "00000000-0000-0000-0000-000000000000"
-# Strings already proven canonical UUIDs (the same boot ids and nonces are checked on every
-# read): a bounded set, emptied when full.
-_CANONICAL_UUIDS: set[str] = set()
-_CANONICAL_UUIDS_MAX: Final = 4096
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
-
-
-class ShapeViolation(Exception):
-    """A record breaks one of its rules; the message says which (spec substrings kept)."""
-
-
-@contextmanager
-def reading(key: str) -> Iterator[None]:
-    """Turn rule violations of a record read from `key` into CorruptRecord naming it."""
-    try:
-        yield
-    except ShapeViolation as violation:
-        raise CorruptRecord(f"{key}: {violation}", key=key) from None
-
-
-@contextmanager
-def writing(what: str) -> Iterator[None]:
-    """Turn rule violations of a record about to be written into InvalidArgument."""
-    try:
-        yield
-    except ShapeViolation as violation:
-        raise InvalidArgument(f"{what}: {violation}") from None
-
-
-def canonical_uuid(value: str, what: str) -> str:
-    """`value` if it is a canonical (lowercase, hyphenated) non-nil UUID."""
-    if type(value) is str and value in _CANONICAL_UUIDS:
-        return value
-    try:
-        parsed = uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        raise ShapeViolation(f"{what} {value!r} is not a UUID") from None
-    if str(parsed) != value or value == _NIL:
-        raise ShapeViolation(f"{what} {value!r} must be a canonical non-nil UUID")
-    if type(value) is str:
-        if len(_CANONICAL_UUIDS) >= _CANONICAL_UUIDS_MAX:
-            _CANONICAL_UUIDS.clear()
-        _CANONICAL_UUIDS.add(value)
-    return value
-
-
-def proof_is_canonical(proof: LeaderProof) -> bool:
-    owner = proof.owner
-    try:
-        canonical_uuid(owner.boot_id, "leader boot id")
-    except ShapeViolation:
-        return False
-    return owner.node_id != 0 and owner.process_term != 0 and proof.fencing_token != 0
-
-
-def fence_is_canonical(fence: CheckpointAssignmentFence) -> bool:
-    if fence.assignment_version == 0 or fence.vnode_count == 0 or not any(fence.assignment_digest):
-        return False
-    if not 1 <= len(fence.participants) <= MAX_CHECKPOINT_PARTICIPANTS:
-        return False
-    previous = 0
-    for participant in fence.participants:
-        if participant.node_id <= previous:
-            return False
-        previous = participant.node_id
-        try:
-            canonical_uuid(participant.boot_incarnation, "boot incarnation")
-        except ShapeViolation:
-            return False
-    return True
 
 
 def validate_identity(identity: DeploymentIdentity) -> None:

@@ -39,8 +39,9 @@ from laminar_cluster.checkpoint.records import (
     WitnessClosed,
     WitnessOpen,
 )
-from laminar_cluster.checkpoint.validate import reading, validate_slot, validate_witness, writing
+from laminar_cluster.checkpoint.validate import validate_slot, validate_witness
 from laminar_cluster.codec import encode_checked
+from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,

@@ -39,7 +39,7 @@ from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome_inve
 from laminar_cluster.authority.cluster_outcomes import prune_cluster_outcomes_before
 from laminar_cluster.authority.handoff_pins import assignment_handoff_pin
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointOutcome, LeaderProof
+from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.coordinator.objects import EMPTY_PARTIAL_SHA256, gather_bounded
 from laminar_cluster.coordinator.paths import (
     AttemptObject,
@@ -55,6 +55,7 @@ from laminar_cluster.coordinator.sink_commits import (
     write_sink_commit,
 )
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.store import ObjectStore

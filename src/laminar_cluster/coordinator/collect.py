@@ -16,11 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointAttempt,
-    FenceParticipant,
-)
+from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import Clock
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.objects import (
@@ -37,6 +33,7 @@ from laminar_cluster.coordinator.paths import (
 )
 from laminar_cluster.coordinator.records import VnodePartial
 from laminar_cluster.errors import CorruptRecord, StoreUnavailable
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.store import ObjectStore
 
 POLLS_MAX: Final = 1_000_000  # the loop's count bound; the deadline ends it long before

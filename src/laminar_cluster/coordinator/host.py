@@ -13,12 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointAttempt,
-    FenceParticipant,
-)
+from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 
 
 @dataclass(frozen=True, slots=True)

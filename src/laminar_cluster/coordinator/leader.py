@@ -48,13 +48,11 @@ from laminar_cluster.authority.cluster_outcomes import (
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
     Conflict,
-    LeaderProof,
     PipelineIdentity,
     RecoveryCapsuleRef,
 )
@@ -66,6 +64,7 @@ from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
 from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf

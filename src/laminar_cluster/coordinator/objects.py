@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Final, TypeVar
 
 from laminar_cluster.checkpoint.reader import read_bytes
-from laminar_cluster.checkpoint.records import CheckpointAttempt, FenceParticipant
+from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.codec import decode, encode_checked, is_sha256_hex, sha256_hex
 from laminar_cluster.codec.types import Record
 from laminar_cluster.coordinator.host import VnodeCut
@@ -35,6 +35,7 @@ from laminar_cluster.coordinator.records import (
     VnodePartial,
 )
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.store import ObjectStore
 
 T = TypeVar("T")

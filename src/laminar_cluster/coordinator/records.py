@@ -21,14 +21,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointAttempt,
-    FenceParticipant,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import CheckpointAttempt, RecoveryCapsuleRef
 from laminar_cluster.codec import U16, U64, Record
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
 
 

@@ -21,7 +21,6 @@ from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
     ClusterRecoveryCapsule,
-    FenceParticipant,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
@@ -38,6 +37,7 @@ from laminar_cluster.coordinator.objects import (
 from laminar_cluster.coordinator.paths import manifest_path, partial_path
 from laminar_cluster.coordinator.records import ParticipantManifest
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.store import ObjectStore
 
 

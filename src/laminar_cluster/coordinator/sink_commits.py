@@ -18,10 +18,8 @@ from typing import Final
 
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
-    FenceParticipant,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.codec import is_sha256_hex
@@ -35,6 +33,7 @@ from laminar_cluster.coordinator.paths import sink_commit_path
 from laminar_cluster.coordinator.records import SinkCommit, SinkCommitOutput
 from laminar_cluster.coordinator.restore import capsule_manifests
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 REPAIR_COMMITS_MAX: Final = 16  # the newest live Commits above `marked` one repair looks at

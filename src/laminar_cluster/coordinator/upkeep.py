@@ -15,12 +15,7 @@ from collections.abc import Sequence
 
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcomes
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointOutcome,
-    FenceParticipant,
-    LeaderProof,
-)
+from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.coordinator.artifact_floor import (
     ArtifactFloorKeeper,
@@ -30,6 +25,7 @@ from laminar_cluster.coordinator.artifact_floor import (
 from laminar_cluster.coordinator.retention import AttemptRetention, RetentionStep, deletes_per_step
 from laminar_cluster.coordinator.sink_commits import SinkCommitWriter
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.store import ObjectStore
 

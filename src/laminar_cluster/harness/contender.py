@@ -33,14 +33,10 @@ from typing import Any, Final
 
 from laminar_cluster.authority.cluster_outcomes import record_cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointVerdict,
-    FenceParticipant,
-    LeaderProof,
-)
+from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.candidacy import CandidacyWatch
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaderLeaseManager, LeaseManagerConfig

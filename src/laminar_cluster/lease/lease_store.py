@@ -15,12 +15,12 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease import log, term
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.log import PublishedHead
 from laminar_cluster.lease.outcomes import (
     AppendContended,
     AppendOutcome,
     LeaderLeaseObservation,
     LeaseOutcome,
+    PublishedHead,
 )
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
 from laminar_cluster.store import ObjectStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from laminar_cluster.checkpoint.limits import MAX_CHECKPOINT_PARTICIPANTS
+from laminar_cluster.fencing import MAX_CHECKPOINT_PARTICIPANTS
 
 AUTHORITY_RECORD_VERSION: Final = 9
 AUTHORITY_HEAD_VERSION: Final = 1

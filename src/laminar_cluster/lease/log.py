@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.checkpoint.limits import U64_MAX
@@ -41,6 +40,8 @@ from laminar_cluster.lease.outcomes import (
     AppendCreated,
     AppendExistingIdentical,
     AppendOutcome,
+    PublishedHead,
+    VersionedPointer,
 )
 from laminar_cluster.lease.paths import HEAD_PATH, RECORDS_PREFIX, parse_record_path, record_path
 from laminar_cluster.lease.records import AuthorityHeadPointer, LeaderAuthorityRecord
@@ -58,27 +59,6 @@ _Record = LeaderAuthorityRecord | None
 # Write errors after which the outcome must be settled by reading back (spec §4.1.3 step 4,
 # §4.1.6 step 4): definite refusals, unsupported modes, lost responses, failed requests.
 _WRITE_ERRORS: Final = (StoreError, StoreUnavailable, WriteOutcomeUnknown)
-
-
-@dataclass(frozen=True, slots=True)
-class VersionedPointer:
-    """A head pointer as read, with the e_tag/version a following Update must name."""
-
-    pointer: AuthorityHeadPointer
-    e_tag: str | None
-    version: str | None
-
-    @property
-    def sequence(self) -> int:
-        return self.pointer.sequence
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedHead:
-    """The record the pointer names (after successor repair), with the pointer as read."""
-
-    record: LeaderAuthorityRecord
-    pointer: VersionedPointer
 
 
 class HeadCache:

@@ -28,9 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from laminar_cluster.checkpoint.records import LeaderProof
-from laminar_cluster.checkpoint.validate import writing
 from laminar_cluster.clock import Clock
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     CorruptRecord,
     DeadlineExceeded,
@@ -38,6 +37,7 @@ from laminar_cluster.errors import (
     InvalidArgument,
     LaminarError,
 )
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.candidacy import CandidacyWatch, LeaderCandidacy
 from laminar_cluster.lease.deadline import LeaseDeadline, LeaseWatch
 from laminar_cluster.lease.limits import DEFAULT_RENEW_INTERVAL_S, DEFAULT_TTL_S

@@ -7,12 +7,8 @@ operations, `Created | ExistingIdentical | Contended` for appends.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease
-
-if TYPE_CHECKING:
-    from laminar_cluster.lease.log import PublishedHead
+from laminar_cluster.lease.records import AuthorityHeadPointer, LeaderAuthorityRecord, LeaderLease
 
 
 @dataclass(frozen=True)
@@ -66,3 +62,24 @@ class LeaderLeaseObservation:
 
     lease: LeaderLease
     started_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedPointer:
+    """A head pointer as read, with the e_tag/version a following Update must name."""
+
+    pointer: AuthorityHeadPointer
+    e_tag: str | None
+    version: str | None
+
+    @property
+    def sequence(self) -> int:
+        return self.pointer.sequence
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedHead:
+    """The record the pointer names (after successor repair), with the pointer as read."""
+
+    record: LeaderAuthorityRecord
+    pointer: VersionedPointer

@@ -12,15 +12,14 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-from laminar_cluster.checkpoint.records import (
+from laminar_cluster.checkpoint.records import CheckpointOutcome, RecoveryCapsuleRef
+from laminar_cluster.codec import I64, U16, U32, U64, Record
+from laminar_cluster.fencing import (
     CheckpointAssignmentFence,
-    CheckpointOutcome,
     FenceParticipant,
     LeaderOwner,
     LeaderProof,
-    RecoveryCapsuleRef,
 )
-from laminar_cluster.codec import I64, U16, U32, U64, Record
 
 
 class AuthorityHeadPointer(Record):

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.records import LeaderProof
-from laminar_cluster.checkpoint.validate import writing
 from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.codec.types import I64_MAX, I64_MIN
 from laminar_cluster.errors import (
     CorruptRecord,
@@ -31,14 +30,9 @@ from laminar_cluster.errors import (
     InvalidArgument,
     StoreUnavailable,
 )
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import (
-    HeadCache,
-    PublishedHead,
-    append,
-    load_published_head,
-    require_advanced,
-)
+from laminar_cluster.lease.log import HeadCache, append, load_published_head, require_advanced
 from laminar_cluster.lease.outcomes import (
     Acquired,
     AppendContended,
@@ -46,6 +40,7 @@ from laminar_cluster.lease.outcomes import (
     Held,
     LeaderLeaseObservation,
     LeaseOutcome,
+    PublishedHead,
 )
 from laminar_cluster.lease.paths import HEAD_PATH
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import unicodedata
 
-from laminar_cluster.checkpoint.validate import ShapeViolation, reading, writing
 from laminar_cluster.codec import decode, encode_checked, is_sha256_hex
 from laminar_cluster.codec.memo import pure_memo
+from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.limits import (
     AUTHORITY_HEAD_VERSION,

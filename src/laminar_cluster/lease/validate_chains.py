@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import itertools
 
-from laminar_cluster.checkpoint.records import CheckpointScope, LeaderProof
-from laminar_cluster.checkpoint.validate import (
-    ShapeViolation,
-    proof_is_canonical,
-    validate_outcome_shape,
-)
+from laminar_cluster.checkpoint.records import CheckpointScope
+from laminar_cluster.checkpoint.validate import validate_outcome_shape
 from laminar_cluster.codec import is_sha256_hex
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.limits import (
     MAX_RECOVERY_FAULT_SLOTS,
     MAX_RECOVERY_RELEASE_TERMINAL_BYTES,

@@ -14,21 +14,19 @@ phrase for the rule (tests and operators grep for it) and ends with the one fact
 from __future__ import annotations
 
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     RecoveryCapsuleRef,
 )
-from laminar_cluster.checkpoint.validate import (
-    ShapeViolation,
-    canonical_uuid,
+from laminar_cluster.checkpoint.validate import validate_capsule_ref, validate_outcome_shape
+from laminar_cluster.codec import is_sha256_hex
+from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
+from laminar_cluster.fencing import (
+    CheckpointAssignmentFence,
     fence_is_canonical,
     proof_is_canonical,
-    validate_capsule_ref,
-    validate_outcome_shape,
 )
-from laminar_cluster.codec import is_sha256_hex
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,
     AssignmentDrainDecision,

@@ -19,8 +19,8 @@ import enum
 from typing import Final, Literal
 
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.validate import ShapeViolation, canonical_uuid
 from laminar_cluster.codec import U64, Record, decode, encode_checked
+from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem, process_lease_problem

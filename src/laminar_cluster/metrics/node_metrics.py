@@ -28,8 +28,9 @@ from typing import Any, Final, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from laminar_cluster.assignment.placement import PlacementMetrics
-from laminar_cluster.checkpoint.records import CheckpointVerdict, LeaderProof
+from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 
 STORE_OPS: Final = ("get", "head", "put", "list", "delete")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.interfaces import ClusterController, RebalanceEngine

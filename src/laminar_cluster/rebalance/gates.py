@@ -14,9 +14,9 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import DeadlineExceeded
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import ProcessLeaseFence
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import RebalanceError

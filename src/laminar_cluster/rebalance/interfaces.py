@@ -20,14 +20,10 @@ from typing import Final, Protocol
 
 from laminar_cluster.assignment.digest import AssignmentDrainId
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    LeaderProof,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import LaminarError, StoreUnavailable
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition, ProcessLeaseFence
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.codec import U32, U64, Digest32, Record
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 
 

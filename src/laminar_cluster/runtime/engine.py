@@ -39,15 +39,12 @@ from laminar_cluster.assignment.digest import (
     drain_id,
 )
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointAttempt,
-    FenceParticipant,
-)
+from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.coordinator.host import Cut, VnodeCut
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import Refused
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.base import (
     AdoptHook,

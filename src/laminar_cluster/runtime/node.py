@@ -37,16 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    CheckpointVerdict,
-    FenceParticipant,
-    LeaderProof,
-)
+from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.clock import Clock
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController

@@ -31,10 +31,8 @@ from laminar_cluster.authority.cluster_outcome_reads import (
 )
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
-    FenceParticipant,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import Clock, within_deadline
@@ -53,6 +51,7 @@ from laminar_cluster.coordinator.paths import (
 from laminar_cluster.coordinator.records import SinkCommit, SinkOutput
 from laminar_cluster.coordinator.sink_commits import read_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore

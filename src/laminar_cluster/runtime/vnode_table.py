@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from laminar_cluster.assignment.digest import fence_matches_owner_map
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.runtime.restoring import RestoreSource
 
 

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from laminar_cluster.assignment.digest import fence_from_owner_map, owner_map_digest
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.codec import digest32
 from laminar_cluster.errors import StoreUnavailable
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.audit.owner_certificate import (
     assignment_vnode_state_is_ready,
     certify_owner_map,

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from laminar_cluster.assignment.model import snapshot_fence
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import Fenced, InvalidArgument
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.manager import LeaderLeaseManager, LeaseManagerConfig
 from laminar_cluster.lease.validate_decisions import process_fence_problem
 from laminar_cluster.membership import (

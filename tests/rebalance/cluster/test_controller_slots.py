@@ -16,9 +16,9 @@ from laminar_cluster.authority.assignment_decisions import (
     new_drain_decision,
     record_assignment_drain_decision,
 )
-from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.rebalance.audit.owner_certificate import read_owner_certificate
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks, write_process_slot

@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem
 from laminar_cluster.membership import NodeState, read_node_record

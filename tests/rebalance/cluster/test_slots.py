@@ -10,10 +10,10 @@ import msgspec
 import pytest
 
 from laminar_cluster.assignment.digest import fence_from_owner_map, owner_map_digest
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderOwner, LeaderProof
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, StoreUnavailable
+from laminar_cluster.fencing import FenceParticipant, LeaderOwner, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.slots import (
     PROCESSES_PREFIX,

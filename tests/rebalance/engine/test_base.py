@@ -16,9 +16,10 @@ import pytest
 from laminar_cluster.assignment.digest import drain_id
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.base import (
     AdoptHook,

@@ -18,14 +18,12 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome, record_cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
-    LeaderOwner,
-    LeaderProof,
 )
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderOwner, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner

@@ -27,9 +27,9 @@ from laminar_cluster.authority.assignment_decisions import (
 )
 from laminar_cluster.authority.handoff_pins import assignment_handoff_checkpoint
 from laminar_cluster.authority.recovery_faults import recovery_fault_inventory
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import Fenced
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.membership import NodeState
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks

@@ -19,9 +19,9 @@ from laminar_cluster.assignment.model import next_for_participants
 from laminar_cluster.assignment.paths import finalization_path, snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.slots import write_process_slot
 from laminar_cluster.rebalance.context import RebalanceContext

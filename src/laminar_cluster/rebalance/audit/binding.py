@@ -7,7 +7,7 @@ import enum
 from laminar_cluster.assignment.digest import fence_matches_owner_map
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import FenceParticipant
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.interfaces import RebalanceError
 
 

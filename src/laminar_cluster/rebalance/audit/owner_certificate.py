@@ -20,11 +20,11 @@ from typing import Final, Protocol
 
 from laminar_cluster.assignment.digest import fence_from_owner_map, owner_map_digest
 from laminar_cluster.assignment.vnode import MAX_VNODE_COUNT
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import digest32_bytes
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 

@@ -42,17 +42,16 @@ from laminar_cluster.authority.handoff_pins import (
     rollback_fence,
 )
 from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
     CheckpointOutcome,
     CheckpointScope,
     ClusterRecoveryCapsule,
     RecoveryCapsuleRef,
 )
-from laminar_cluster.checkpoint.validate import fence_is_canonical
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
+from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
-from laminar_cluster.rebalance.audit.drain import (
+from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
     PinState,

@@ -24,14 +24,14 @@ from typing import Final, Protocol
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.recovery_faults import Superseded, record_recovery_fault
-from laminar_cluster.checkpoint.records import (
+from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.fencing import (
     CheckpointAssignmentFence,
     FenceParticipant,
     LeaderProof,
+    fence_is_canonical,
 )
-from laminar_cluster.checkpoint.validate import fence_is_canonical
-from laminar_cluster.clock import Clock, within_deadline
-from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import (
     AssignmentDrainTransition,

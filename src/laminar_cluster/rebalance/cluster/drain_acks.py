@@ -20,9 +20,9 @@ from typing import Final, Protocol
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.assignment_decisions import assignment_drain_decision
-from laminar_cluster.checkpoint.records import FenceParticipant, LeaderProof
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import CorruptRecord, Refused
+from laminar_cluster.fencing import FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks

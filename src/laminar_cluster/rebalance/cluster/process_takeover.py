@@ -27,7 +27,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
 
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import (
     ObjectNotFound,
@@ -35,6 +34,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem
 from laminar_cluster.membership.discovery import MembershipView

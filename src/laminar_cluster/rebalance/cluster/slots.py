@@ -27,7 +27,6 @@ from typing import Final, TypeVar
 
 from laminar_cluster.assignment.vnode import MAX_VNODE_COUNT
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.checkpoint.records import FenceParticipant
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import Record, decode, encode_checked
 from laminar_cluster.errors import (
@@ -36,6 +35,7 @@ from laminar_cluster.errors import (
     ObjectNotFound,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.validate_decisions import drain_transition_problem, uuid_is_canonical
 from laminar_cluster.membership.discovery import MEMBERSHIP_NODES_MAX
 from laminar_cluster.rebalance.interfaces import RebalanceError

@@ -22,16 +22,16 @@ from typing import Final
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.handoff_pins import assignment_handoff_checkpoint
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, RecoveryCapsuleRef
-from laminar_cluster.checkpoint.validate import ShapeViolation, fence_is_canonical
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded
+from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.rebalance.audit.drain import (
-    AuditedAssignmentAuthority,
-    AuditedDrainOutcome,
     audit_snapshot_authority_outcome,
     local_drain_participant,
 )
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError, SourceDrainOutcome
 from laminar_cluster.rebalance.rotation.finalize import (

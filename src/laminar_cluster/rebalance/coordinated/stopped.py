@@ -42,10 +42,10 @@ import logging
 from typing import Final, Protocol, runtime_checkable
 
 from laminar_cluster.assignment.model import snapshot_fence
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence, FenceParticipant
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.drain_acks import acked_participants
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks

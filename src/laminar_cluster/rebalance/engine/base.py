@@ -31,12 +31,9 @@ from collections.abc import Callable
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-)
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.drains import SourceDrainLedger
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.rules import round_name
 from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome

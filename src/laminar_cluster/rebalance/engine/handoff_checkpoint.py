@@ -32,18 +32,17 @@ from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.limits import PIPELINE_IDENTITY_VERSION
 from laminar_cluster.checkpoint.records import (
     CapsuleParticipant,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
     Conflict,
-    LeaderProof,
     PipelineIdentity,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.interfaces import CheckpointResult

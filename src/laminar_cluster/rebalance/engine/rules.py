@@ -8,13 +8,10 @@ from __future__ import annotations
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id, fence_matches_owner_map
 from laminar_cluster.assignment.model import validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    RecoveryCapsuleRef,
-)
-from laminar_cluster.checkpoint.validate import fence_is_canonical, writing
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
+from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, fence_is_canonical
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.interfaces import (
     Adoption,

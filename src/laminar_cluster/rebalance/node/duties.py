@@ -28,10 +28,10 @@ from typing import Final
 from laminar_cluster.assignment.model import validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import rendezvous_assignment, successor_participants
-from laminar_cluster.checkpoint.records import FenceParticipant
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine

@@ -18,8 +18,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Final
 
-from laminar_cluster.checkpoint.records import LeaderProof
 from laminar_cluster.clock import Clock
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.candidacy import CandidacyWatch
 from laminar_cluster.lease.manager import (
     LeaderLeaseAuthority,

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
-from laminar_cluster.checkpoint.records import LeaderProof
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.node.log import NodeLog

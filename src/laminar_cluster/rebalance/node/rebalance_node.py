@@ -42,13 +42,9 @@ from typing import Any, Final
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    LeaderProof,
-)
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaseManagerConfig
 from laminar_cluster.lease.records import LeaderLeaseOwner

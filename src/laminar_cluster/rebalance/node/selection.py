@@ -29,10 +29,10 @@ from laminar_cluster.authority.assignment_decisions import (
     assignment_drain_decision,
     assignment_recovery_decision,
 )
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (

@@ -54,25 +54,24 @@ from laminar_cluster.checkpoint.identity import read_identity
 from laminar_cluster.checkpoint.paths import CAPSULES_PREFIX, parse_capsule_path
 from laminar_cluster.checkpoint.records import (
     AllocatorMode,
-    CheckpointAssignmentFence,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointScope,
     CheckpointVerdict,
     ClusterRecoveryCapsule,
     Conflict,
-    LeaderProof,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.rebalance.audit.drain import (
+from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.recovery import load_portable_cut, recovery_decision
+from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
     PinState,
-    audit_snapshot_authority_outcome,
 )
-from laminar_cluster.rebalance.audit.recovery import load_portable_cut, recovery_decision
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.store import ObjectMeta

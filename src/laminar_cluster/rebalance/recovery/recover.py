@@ -36,24 +36,19 @@ from laminar_cluster.authority.assignment_decisions import (
 )
 from laminar_cluster.authority.cluster_outcome_reads import highest_cluster_committed_outcome
 from laminar_cluster.authority.handoff_pins import assignment_handoff_pin_on
-from laminar_cluster.checkpoint.records import (
-    CheckpointAssignmentFence,
-    FenceParticipant,
-    RecoveryCapsuleRef,
-)
+from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentRecoveryDecision
 from laminar_cluster.rebalance.audit.binding import (
     RecoveryScope,
     certifies_another_boot,
     local_recovery_assignment_scope,
 )
-from laminar_cluster.rebalance.audit.drain import (
-    AuditedAssignmentAuthority,
-    audit_snapshot_authority_outcome,
-)
+from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import load_portable_cut, recovery_decision
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import (
     close_local_assignment_authority,

@@ -28,8 +28,8 @@ from laminar_cluster.authority.assignment_decisions import (
     record_assignment_drain_decision,
 )
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded, LaminarError
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process

@@ -13,13 +13,9 @@ from laminar_cluster.assignment.model import next_draining
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Conflict, Rotated, RotateResult
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
-from laminar_cluster.checkpoint.records import (
-    CheckpointVerdict,
-    FenceParticipant,
-    RecoveryCapsuleRef,
-)
-from laminar_cluster.checkpoint.validate import ShapeViolation
+from laminar_cluster.checkpoint.records import CheckpointVerdict, RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import (
     CorruptRecord,
     DeadlineExceeded,
@@ -28,6 +24,7 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import audit_exact_drain_head, local_drain_participant
 from laminar_cluster.rebalance.audit.owner_certificate import assignment_vnode_state_is_ready

@@ -20,10 +20,10 @@ from laminar_cluster.assignment.rendezvous import (
     retain_recovery_predecessors,
     successor_participants,
 )
-from laminar_cluster.checkpoint.records import FenceParticipant
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.context import RebalanceContext

@@ -19,9 +19,9 @@ from typing import Final, Protocol
 
 from laminar_cluster.assignment.digest import fence_digest, owner_map_digest
 from laminar_cluster.assignment.placement import Locality, PlacementMetrics, placement_metrics
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import digest32
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.owner_certificate import read_owner_certificate
 from laminar_cluster.rebalance.context import RebalanceContext

@@ -20,18 +20,17 @@ from typing import Final
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.model import validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import CheckpointAssignmentFence
-from laminar_cluster.checkpoint.validate import ShapeViolation
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import DeadlineExceeded, LaminarError
+from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
-    AuditedAssignmentAuthority,
-    AuditedDrainOutcome,
     audit_exact_drain_head,
     audit_snapshot_authority_outcome,
     local_drain_participant,
 )
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import suspend_local_assignment_authority
 from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError, RegistrySnapshot

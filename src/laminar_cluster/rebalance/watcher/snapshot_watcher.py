@@ -36,12 +36,11 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.rebalance.audit.binding import RecoveryScope, local_recovery_assignment_scope
 from laminar_cluster.rebalance.audit.drain import (
-    AuditedAssignmentAuthority,
-    AuditedDrainOutcome,
     audit_drain_predecessor,
     audit_snapshot_authority_outcome,
     local_drain_participant,
 )
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
