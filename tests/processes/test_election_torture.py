@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
-from laminar_cluster.bench.failover import ContenderFleet
 from laminar_cluster.harness import contender
 from laminar_cluster.harness.contender import EXIT_OK, EXIT_STORE_REFUSED, run_contender
+from laminar_cluster.harness.contender_fleet import ContenderFleet
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLeaseOwner
 from laminar_cluster.store import open_store
 from tests.lease.builders import OWNER, abort, lease, uid

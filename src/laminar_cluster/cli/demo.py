@@ -91,41 +91,7 @@ def _print_summary(figures: dict[str, Any]) -> None:
         f"{figures.get('vnodes') or VNODE_COUNT_DEFAULT} vnodes",
     )
     if "events_per_s" in figures:
-        table.add_row(
-            "throughput",
-            f"{figures['events_per_s']:,} events/s committed ({workload['events']:,} events "
-            f"in {figures['processing_s']:.1f} s from the first produced to the last committed; "
-            "the workload is let in quarter by quarter as the faults happen, so this is the "
-            "scenario's pace: `bench pipeline` measures throughput)",
-        )
-        cp = figures["checkpoints"]
-        table.add_row(
-            "checkpoints",
-            f"{cp.get('committed', '?')} committed, {cp.get('aborted', '?')} aborted; "
-            f"periodic ones took p50 {_s(cp['duration_p50_s'])}, p99 {_s(cp['duration_p99_s'])}",
-        )
-        table.add_row(
-            "rotations",
-            f"{figures['rotations']} assignment versions after the seed (the join, the "
-            "recovery from the leader's loss, the leave)",
-        )
-        table.add_row("join", f"node 4 running its vnodes after {_s(figures['join_s'])}")
-        kill = figures["leader_kill"]
-        if kill is not None:
-            table.add_row(
-                "failover",
-                f"leader node {kill['killed_node']} SIGKILLed: a new leader after "
-                f"{_s(kill['new_leader_s'])}, its first committed checkpoint after "
-                f"{_s(kill['failover_s'])}",
-            )
-            table.add_row(
-                "recovery",
-                f"the killed node's vnodes in a committed checkpoint after "
-                f"{_s(kill['recovery_s'])}",
-            )
-        leave = figures["leave"]
-        if leave is not None:
-            table.add_row("leave", f"node {leave['node']} left gracefully in {_s(leave['left_s'])}")
+        _scenario_rows(table, figures)
     check = figures.get("check")
     if check is not None:
         verdict = (
@@ -142,6 +108,45 @@ def _print_summary(figures: dict[str, Any]) -> None:
         table.add_row("result", f"[red]not finished[/red]: {first_line}")
     table.add_row("wall time", _s(figures.get("wall_s")))
     console.print(table)
+
+
+def _scenario_rows(table: Table, figures: dict[str, Any]) -> None:
+    """Throughput, checkpoints, rotations, join, failover, recovery and leave."""
+    workload = figures["workload"]
+    table.add_row(
+        "throughput",
+        f"{figures['events_per_s']:,} events/s committed ({workload['events']:,} events "
+        f"in {figures['processing_s']:.1f} s from the first produced to the last committed; "
+        "the workload is let in quarter by quarter as the faults happen, so this is the "
+        "scenario's pace: `bench pipeline` measures throughput)",
+    )
+    cp = figures["checkpoints"]
+    table.add_row(
+        "checkpoints",
+        f"{cp.get('committed', '?')} committed, {cp.get('aborted', '?')} aborted; "
+        f"periodic ones took p50 {_s(cp['duration_p50_s'])}, p99 {_s(cp['duration_p99_s'])}",
+    )
+    table.add_row(
+        "rotations",
+        f"{figures['rotations']} assignment versions after the seed (the join, the "
+        "recovery from the leader's loss, the leave)",
+    )
+    table.add_row("join", f"node 4 running its vnodes after {_s(figures['join_s'])}")
+    kill = figures["leader_kill"]
+    if kill is not None:
+        table.add_row(
+            "failover",
+            f"leader node {kill['killed_node']} SIGKILLed: a new leader after "
+            f"{_s(kill['new_leader_s'])}, its first committed checkpoint after "
+            f"{_s(kill['failover_s'])}",
+        )
+        table.add_row(
+            "recovery",
+            f"the killed node's vnodes in a committed checkpoint after {_s(kill['recovery_s'])}",
+        )
+    leave = figures["leave"]
+    if leave is not None:
+        table.add_row("leave", f"node {leave['node']} left gracefully in {_s(leave['left_s'])}")
 
 
 def _first_wrong(check: dict[str, Any]) -> str:

@@ -98,23 +98,9 @@ async def _run(
     store: ObjectStore = open_store(store_url)
     server: MetricsServer | None = None
     try:
-        if probe:
-            try:
-                await retry_until(
-                    lambda: verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S),
-                    what=f"{store.url}: store contract probe",
-                    clock=clock,
-                    deadline=clock.monotonic() + PROBE_RETRY_S,
-                    attempts_max=PROBE_ATTEMPTS_MAX,
-                )
-            except LaminarError as error:
-                log.write("refused", error=str(error))
-                return EXIT_STORE_REFUSED
-        if faults is not None:
-            store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
-        # Reads failed by StoreUnavailable are sent again (at most 3 tries, under the caller's
-        # deadline); writes are never repeated here (store.read_retry).
-        store = ReadRetryingStore(store, clock)
+        if probe and not await _store_passes_probe(store, clock, log):
+            return EXIT_STORE_REFUSED
+        store = _wrapped(store, clock, faults, fault_seed)
         metrics = None if metrics_port is None else NodeMetrics()
         if metrics is not None and metrics_port is not None:
             try:
@@ -150,6 +136,34 @@ async def _run(
             server.close()
         library.removeHandler(handler)
         await store.close()
+
+
+async def _store_passes_probe(store: ObjectStore, clock: RealClock, log: NodeLog) -> bool:
+    """The store contract probe, retried while the store is unavailable; False (logged as
+    `refused`) when the store fails it or never answers."""
+    try:
+        await retry_until(
+            lambda: verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S),
+            what=f"{store.url}: store contract probe",
+            clock=clock,
+            deadline=clock.monotonic() + PROBE_RETRY_S,
+            attempts_max=PROBE_ATTEMPTS_MAX,
+        )
+    except LaminarError as error:
+        log.write("refused", error=str(error))
+        return False
+    return True
+
+
+def _wrapped(
+    store: ObjectStore, clock: RealClock, faults: FaultConfig | None, fault_seed: int
+) -> ObjectStore:
+    """The store the node uses: behind the fault injector when asked (after the probe), and
+    with reads failed by StoreUnavailable sent again (at most 3 tries, under the caller's
+    deadline; writes are never repeated here: store.read_retry)."""
+    if faults is not None:
+        store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
+    return ReadRetryingStore(store, clock)
 
 
 def _on_signal(node: StreamNode, log: NodeLog, signum: signal.Signals) -> None:
