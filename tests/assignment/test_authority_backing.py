@@ -45,7 +45,7 @@ def _snapshot(version: int, owners: list[int]) -> AssignmentSnapshot:
 
 
 @LOCAL
-def test_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore]) -> None:
+def test_as6_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         auth, proof = await leader(store)

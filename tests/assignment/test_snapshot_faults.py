@@ -70,7 +70,7 @@ def test_phantom_conflict_is_unknown_then_retried() -> None:
     asyncio.run(main())
 
 
-def test_prune_of_proposals_is_bounded_and_resumes() -> None:
+def test_as8_prune_of_proposals_is_bounded_and_resumes() -> None:
     async def main() -> None:
         store, snaps = _faulty()
         await snaps.save_if_absent(snapshot(1, [1, 1]))

@@ -143,7 +143,7 @@ def test_dc14_policy_and_bound_are_checked() -> None:
     run("memory://", body, live_commits_max=BOUND, floor_policy=None)
 
 
-def test_without_the_floor_upkeep_commits_stop_at_the_live_commit_bound(url: str) -> None:
+def test_dc14_without_the_floor_upkeep_commits_stop_at_the_live_commit_bound(url: str) -> None:
     """The failure DC-14 prevents: with the floor never moved, Commit BOUND + 1 is refused and
     the leader records Abort instead (the spec's 4,096 at one per second: 68 minutes)."""
 

@@ -66,7 +66,7 @@ async def prepared_ids(cluster: Cluster) -> list[int]:
 
 
 @pytest.mark.parametrize("owners", [(1, 1, 2, 2), (1, 1, 1, 2, 2, 2, 3, 3)])
-def test_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> None:
+def test_dc2_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> None:
     async def body(cluster: Cluster) -> None:
         nodes = sorted(set(owners))
         participants = [cluster.participant(cluster.host(n)) for n in nodes]
@@ -101,7 +101,7 @@ def test_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> Non
     run(url, body, owners=owners)
 
 
-def test_successive_commits_chain_their_capsules(url: str) -> None:
+def test_dc2_successive_commits_chain_their_capsules(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
         async with cluster.running(participants):
@@ -116,7 +116,7 @@ def test_successive_commits_chain_their_capsules(url: str) -> None:
     run(url, body)
 
 
-def test_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
+def test_dc2_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]  # node 3 is down
         async with cluster.running(participants):
@@ -138,7 +138,7 @@ def test_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
     run(url, body)
 
 
-def test_a_refusing_participant_aborts_the_attempt(url: str) -> None:
+def test_dc6_a_refusing_participant_aborts_the_attempt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         hosts = [cluster.host(1), cluster.host(2), cluster.host(3, refuse=True)]
         async with cluster.running([cluster.participant(h) for h in hosts]):
@@ -156,7 +156,7 @@ def test_a_refusing_participant_aborts_the_attempt(url: str) -> None:
     run(url, body)
 
 
-def test_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
+def test_dc3_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         async def rogue() -> None:
             """Node 3 acks with the wrong vnodes as soon as the prepare is there."""
@@ -191,7 +191,7 @@ def test_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
     run(url, body)
 
 
-def test_ids_are_never_reused_after_an_abort(url: str) -> None:
+def test_dc1_ids_are_never_reused_after_an_abort(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         hosts = {n: cluster.host(n) for n in (1, 2, 3)}
         participants = {n: cluster.participant(h) for n, h in hosts.items()}
@@ -211,7 +211,7 @@ def test_ids_are_never_reused_after_an_abort(url: str) -> None:
     run(url, body)
 
 
-def test_the_previous_unsettled_attempt_is_aborted_before_a_newer_prepare(url: str) -> None:
+def test_dc7_the_previous_unsettled_attempt_is_aborted_before_a_newer_prepare(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         # An attempt whose outcome this instance failed to record (DC-7).
         checkpoint_id = await cluster.decisions.allocate_checkpoint_id(deadline=cluster.deadline())

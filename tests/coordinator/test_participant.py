@@ -51,7 +51,7 @@ async def exists(cluster: Cluster, key: str) -> bool:
     return True
 
 
-def test_a_prepare_for_another_fence_is_ignored(url: str) -> None:
+def test_dc5_a_prepare_for_another_fence_is_ignored(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         host.fence = snapshot_fence(snapshot(2, [1, 2, 2, 2, 2, 2, 3, 3]))  # runs another fence
@@ -75,7 +75,7 @@ def test_a_prepare_for_another_fence_is_ignored(url: str) -> None:
     run(url, body)
 
 
-def test_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
+def test_dc6_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -92,7 +92,7 @@ def test_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
     run(url, body)
 
 
-def test_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
+def test_dc8_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -112,7 +112,7 @@ def test_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
     run(url, body)
 
 
-def test_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
+def test_dc6_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -126,7 +126,7 @@ def test_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
     run(url, body)
 
 
-def test_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> None:
+def test_dc9_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         # Node 2 (first boot) acks and dies before the outcome; node 3 is down, so the leader
         # records Abort at its deadline. Node 2 restarts (another boot) before that.
@@ -163,7 +163,7 @@ def test_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> No
     run(url, body)
 
 
-def test_a_restarted_participant_learns_a_commit(url: str) -> None:
+def test_dc9_a_restarted_participant_learns_a_commit(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         first = cluster.host(2, block_resolve=True)  # dies after the Commit, before resolving
         dead = cluster.participant(first)

@@ -153,7 +153,7 @@ def test_ml7_leave_drains_then_marks_left_and_stops_renewing() -> None:
     asyncio.run(main())
 
 
-def test_keep_renewed_stops_with_fenced_when_a_duplicate_starts() -> None:
+def test_ml2_keep_renewed_stops_with_fenced_when_a_duplicate_starts() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=7)
         store = open_store("memory://")

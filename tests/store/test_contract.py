@@ -31,7 +31,7 @@ def run(coroutine: object) -> object:
     return asyncio.run(coroutine)  # type: ignore[arg-type]
 
 
-def test_create_is_exclusive(store: ObjectStore) -> None:
+def test_sc1_create_is_exclusive(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("a/one", b"first", CREATE)
         with pytest.raises((ObjectAlreadyExists, PreconditionFailed)):
@@ -41,7 +41,7 @@ def test_create_is_exclusive(store: ObjectStore) -> None:
     run(body())
 
 
-def test_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_sc1_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def body() -> None:
         clients = [make_store() for _ in range(8)]
 
@@ -60,7 +60,7 @@ def test_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectS
     run(body())
 
 
-def test_get_returns_body_and_metadata(store: ObjectStore) -> None:
+def test_sc3_get_returns_body_and_metadata(store: ObjectStore) -> None:
     async def body() -> None:
         written = await store.put("m/obj", b"hello world", CREATE)
         got = await store.get("m/obj")
@@ -90,7 +90,7 @@ def test_get_with_end_reads_a_prefix_and_reports_full_size(store: ObjectStore) -
     run(body())
 
 
-def test_update_if_match_replaces_and_changes_the_version(store: ObjectStore) -> None:
+def test_sc3_update_if_match_replaces_and_changes_the_version(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("u/obj", b"v1", CREATE)
         v1 = (await store.get("u/obj")).meta
@@ -103,7 +103,7 @@ def test_update_if_match_replaces_and_changes_the_version(store: ObjectStore) ->
     run(body())
 
 
-def test_stale_update_is_rejected_and_changes_nothing(store: ObjectStore) -> None:
+def test_sc2_stale_update_is_rejected_and_changes_nothing(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("s/obj", b"v1", CREATE)
         v1 = (await store.get("s/obj")).meta
@@ -147,7 +147,7 @@ def test_missing_object_raises_not_found(store: ObjectStore) -> None:
     run(body())
 
 
-def test_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
+def test_sc5_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
     async def body() -> None:
         keys = ["l/b", "l/a/2", "l/a/1", "l/ab", "l/abc/x", "m/z", "l/a#x"]
         for key in keys:
@@ -171,7 +171,7 @@ def test_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
     run(body())
 
 
-def test_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
+def test_sc5_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
     async def body() -> None:
         keys = [f"p/{i:03d}" for i in range(25)]
         for key in keys:
@@ -190,7 +190,7 @@ def test_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
     run(body())
 
 
-def test_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
+def test_sc4_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("d/obj", b"x", CREATE)
         await store.delete("d/obj")
@@ -205,7 +205,7 @@ def test_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
 
 
 @pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "a/./b", "trail/", "x/tmp#12"])
-def test_every_backend_rejects_invalid_keys(store: ObjectStore, key: str) -> None:
+def test_sc9_every_backend_rejects_invalid_keys(store: ObjectStore, key: str) -> None:
     async def body() -> None:
         with pytest.raises(InvalidArgument):
             await store.put(key, b"x", CREATE)
@@ -221,7 +221,7 @@ def test_store_passes_the_contract_probe(store: ObjectStore) -> None:
     assert report.ok, report.failures()  # type: ignore[attr-defined]
 
 
-def test_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
+def test_sc7_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
     async def body() -> None:
         resolution = await put_resolved(store, "rb/obj", b"mine", CREATE)
         assert resolution.state is ReadBack.OURS and resolution.put_result is not None
@@ -232,7 +232,7 @@ def test_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
     run(body())
 
 
-def test_concurrent_cas_increments_are_exact(make_store: Callable[[], ObjectStore]) -> None:
+def test_sc6_concurrent_cas_increments_are_exact(make_store: Callable[[], ObjectStore]) -> None:
     """8 clients x 10 read-modify-write increments with nonce bodies end at exactly 80."""
 
     async def body() -> None:

@@ -57,7 +57,7 @@ def test_error_after_applies_the_write_and_loses_the_response() -> None:
     asyncio.run(body())
 
 
-def test_conflict_after_apply_is_settled_as_ours_by_read_back() -> None:
+def test_sc7_conflict_after_apply_is_settled_as_ours_by_read_back() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.AFTER_AS_CONFLICT, op="put")
@@ -85,7 +85,7 @@ def test_update_conflict_after_apply_raises_precondition_failed() -> None:
     asyncio.run(body())
 
 
-def test_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
+def test_sc7_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.PHANTOM_CONFLICT, op="put")
@@ -98,7 +98,7 @@ def test_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
     asyncio.run(body())
 
 
-def test_lost_response_is_settled_by_put_resolved() -> None:
+def test_sc7_lost_response_is_settled_by_put_resolved() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.AFTER, op="put")
