@@ -1,4 +1,4 @@
-"""spec_rebalance §2.13 digest vectors (T16) and the owner-map fence rules (§2.2)."""
+"""AS §2.13 digest vectors (AS-T16) and the owner-map fence rules (AS §2.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""spec_rebalance §3.2 successor roster and §3.4 locality metrics (T22, T23)."""
+"""AS §3.2 successor roster and AS §3.4 locality metrics (AS-T22, AS-T23)."""
 
 from __future__ import annotations
 

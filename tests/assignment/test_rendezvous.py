@@ -1,4 +1,5 @@
-"""Rendezvous placement (spec_rebalance §3.1-§3.3, T17-T21): the spec's vectors, and the
+"""Rendezvous placement (AS §3.1-§3.3, AS-T17 .. AS-T21): the vectors of AS §3.1
+and AS §3.3, and the
 minimal-movement properties."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Assignment snapshot store scenarios T1-T15 of spec_rebalance §7 on memory, file:// and the S3
-test server (protocol doc docs/protocols/assignment-snapshots.md)."""
+"""Assignment snapshot store invariants AS-1 .. AS-9 and scenarios AS-T1 .. AS-T15 and AS-T60
+on memory, file:// and the S3 test server (docs/protocols/assignment-snapshots.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Process lease: start terms, renewal, fencing of an older start, states, leave
-(docs/protocols/membership.md ML-1..ML-7; spec_leader_lease §8.2)."""
+(docs/protocols/membership.md ML-1..ML-7; ML §8.2)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_ml1_each_start_takes_the_next_term(make_store: Callable[[], ObjectStore
         assert second.record.lease.owner != first.record.lease.owner
         assert second.predecessor == first.record
         fence = second.fence
-        assert fence is not None and process_fence_is_canonical(fence)  # §8.2: seq+1, term+1
+        assert fence is not None and process_fence_is_canonical(fence)  # ML §8.2: seq+1, term+1
 
     asyncio.run(main())
 

@@ -1,5 +1,5 @@
-"""The contract probe fails stores that lack a property the control plane needs (spec_leader_lease
-§4.2; §9 scenarios 30-34)."""
+"""The contract probe fails stores that lack a property the control plane needs (SC §4.2;
+scenarios SC-T30 .. SC-T34)."""
 
 from __future__ import annotations
 
@@ -167,7 +167,9 @@ def test_a_probe_stopped_by_a_transient_fault_is_inconclusive_and_retried(kind: 
         with pytest.raises(StoreContractInconclusive, match="create_exclusive") as info:
             await verify_store_contract(store, clock, timeout_s=5)
         assert isinstance(info.value, StoreUnavailable)  # what retry_until retries
-        assert isinstance(info.value, StoreContractViolated)  # what S23 callers catch
+        assert isinstance(
+            info.value, StoreContractViolated
+        )  # what callers that refuse the store catch (SC-8)
 
         store.fail_next(kind, op="put", key_prefix=PROBE_PREFIX)
         attempts = 0

@@ -1,5 +1,5 @@
 """`ClusterCheckpointer`: the leader side of the distributed checkpoint
-(docs/protocols/distributed-checkpoint.md, leader steps L1-L8; upstream_context §1.7).
+(docs/protocols/distributed-checkpoint.md, leader steps L1-L8; DC §1.7).
 
 It implements `rebalance.engine.handoff_checkpoint.Checkpointer`, so it is what
 `BaseEngine.checkpoint_until` runs, periodically and for the pre-rotation checkpoint:

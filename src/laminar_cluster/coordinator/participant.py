@@ -1,5 +1,5 @@
 """`CheckpointParticipant`: the participant side of the distributed checkpoint
-(docs/protocols/distributed-checkpoint.md, participant steps P0-P6; upstream_context §1.7).
+(docs/protocols/distributed-checkpoint.md, participant steps P0-P6; DC §1.7).
 
 Each `step()`:
 

@@ -1,9 +1,9 @@
-"""The per-node process lease (upstream_context §1.3, §2.11; spec_leader_lease §8.2, §4.3.4,
-§4.9.2; docs/protocols/membership.md).
+"""The per-node process lease (ML §1.3, ML §2.11, ML §8.2, ML §4.3.4,
+ML §4.9.2; docs/protocols/membership.md).
 
 * `acquire`: every start takes the stored term + 1 and seq + 1 by compare-and-swap on the
   node's one record, immediately (ML-1, ML-2). The previous incarnation, if any, is named in a
-  `ProcessLeaseFence` (§8.2: an immediate takeover, seq + 1 and term + 1), which the new record
+  `ProcessLeaseFence` (ML §8.2: an immediate takeover, seq + 1 and term + 1), which the new record
   also keeps, newest first, in its `takeovers` (ML-11); renewals carry them unchanged.
 * `renew`: update-if-match on our own last version with a fresh nonce; the local validity is
   anchored at the start of the attempt (ML-3). A CAS lost to any other incarnation means a newer
@@ -75,7 +75,7 @@ class AcquiredLease:
 
     @property
     def fence(self) -> ProcessLeaseFence | None:
-        """§8.2 evidence that the predecessor's exact term was taken over (seq+1, term+1)."""
+        """ML §8.2 evidence that the predecessor's exact term was taken over (seq+1, term+1)."""
         if self.predecessor is None:
             return None
         return ProcessLeaseFence(predecessor=self.predecessor.lease, successor=self.record.lease)

@@ -1,5 +1,5 @@
-"""The durable per-node process lease record (upstream_context §1.3, §2.1, §2.2, §2.11;
-spec_leader_lease §8.2; spec_rebalance §2.1).
+"""The durable per-node process lease record (ML §1.3, ML §2.1, ML §2.2,
+ML §2.11, ML §8.2).
 
 One object per node id holds the current incarnation's `ProcessLease` (node, boot owner,
 process term, renewal seq, diagnostic expiry), the node's announced state and the ttl it renews
@@ -7,9 +7,9 @@ under. A renewal changes `lease.seq` and `nonce`; a new start changes `lease.own
 `lease.term`: these three make the liveness identity peers observe (ML-4).
 
 `takeovers` is the durable evidence of the node's most recent incarnation changes (ML-11): the
-exact §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
+exact ML §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
 newest first, at most `NODE_TAKEOVERS_MAX`. It lets anyone fence an old boot of a restarted node
-(spec_rebalance §2.6 `removed_process_fences`) without having observed that boot, and after the
+(AS §2.6 `removed_process_fences`) without having observed that boot, and after the
 new boot renewed.
 """
 
@@ -35,7 +35,7 @@ NODE_TTL_MS_MAX: Final = 600_000
 
 
 class NodeState(enum.Enum):
-    """The announced states (§2.2). `suspected` and `dead` are never written: an observer
+    """The announced states (ML §2.2). `suspected` and `dead` are never written: an observer
     derives them (`discovery`)."""
 
     JOINING = "joining"
@@ -97,7 +97,7 @@ def with_takeover(
 
 
 def takeovers_problem(record: NodeLeaseRecord, node: int) -> str | None:
-    """ML-11: at most 8 canonical §8.2 fences of `node`, strictly newest first by successor
+    """ML-11: at most 8 canonical ML §8.2 fences of `node`, strictly newest first by successor
     term, the newest no newer than the record's own lease (same owner, seq not ahead, when it
     has the lease's term)."""
     takeovers = record.takeovers

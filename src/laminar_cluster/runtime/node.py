@@ -1,5 +1,5 @@
 """`StreamNode`: a node process with the data plane on (issue 7 "A node process"; spec_rebalance
-§1, §4.2, §4.17; upstream_context §1.7, §1.9, §3; docs/protocols/distributed-checkpoint.md).
+§1, §4.2, §4.17; DC §1.7, DC §1.9, DC §3; docs/protocols/distributed-checkpoint.md).
 
 It is a `rebalance.node.rebalance_node.RebalanceNode`
 (process lease, membership, leadership, watcher,

@@ -1,6 +1,7 @@
 """The one object-store interface every layer above uses.
 
-Semantics every backend gives (checked by `tests/contract/`):
+Semantics every backend gives (docs/protocols/store-contract.md SC-1 .. SC-9, checked by
+`tests/store/test_contract.py` on every backend):
 
 * `put(key, body, CREATE)` is atomic and exclusive: exactly one of several racing creates
   succeeds; the others raise `ObjectAlreadyExists`.
