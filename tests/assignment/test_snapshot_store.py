@@ -4,6 +4,7 @@ on memory, file:// and the S3 test server (docs/protocols/assignment-snapshots.m
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 import msgspec
@@ -253,6 +254,32 @@ def test_as5_proposal_content_addressed(make_store: Callable[[], ObjectStore]) -
 
 def _bad(**changes: object) -> AssignmentSnapshot:
     return msgspec.structs.replace(snapshot(1, [1, 2]), **changes)
+
+
+def test_as9_records_are_validated_before_writing_and_after_reading(
+    make_store: Callable[[], ObjectStore],
+) -> None:
+    async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
+        with pytest.raises(InvalidArgument, match="owner"):  # rule 6: owner 0 is no participant
+            await snaps.save_if_absent(_bad(owners=(1, 0)))
+        assert await store.list("control/") == []  # refused before any write
+        await snaps.save_if_absent(snapshot(1, [1, 2]))
+        unsorted = _bad(assignment_version=2, participants=(participant(2), participant(1)))
+        with pytest.raises(InvalidArgument):  # rule 5
+            await snaps.save_if_version(unsorted, 1)
+        with pytest.raises(InvalidArgument):  # rule 6: a participant owning nothing
+            await snaps.stage_recovery_proposal(_bad(assignment_version=2, owners=(1, 1)))
+        assert [meta.key for meta in await store.list("control/")] == [snapshot_path(1)]
+        # Bytes written behind the store's back are refused on read, naming the object.
+        await store.put(snapshot_path(2), encode(_bad(assignment_version=2, owners=(1, 0))), CREATE)
+        with pytest.raises(CorruptRecord, match=re.escape(snapshot_path(2))):
+            await snaps.load()
+        await store.delete(snapshot_path(2))
+        await store.put(snapshot_path(2), encode(snapshot(3, [1, 2])), CREATE)
+        with pytest.raises(CorruptRecord, match="payload version 3 is not path version 2"):
+            await snaps.load_version(2)
+
+    run(make_store, scenario)
 
 
 def test_as9_snapshot_validation() -> None:
