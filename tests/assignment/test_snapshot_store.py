@@ -1,4 +1,4 @@
-"""Assignment snapshot store invariants AS-1 .. AS-9 and scenarios AS-T1 .. AS-T15 and AS-T60
+"""Assignment snapshot store invariants AS-1 .. AS-9 and scenarios RB-T1 .. RB-T15 and RB-T60
 on memory, file:// and the S3 test server (docs/protocols/assignment-snapshots.md)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 All integers are little-endian; UUIDs are their 16 RFC-4122 bytes. Our
 `CheckpointAssignmentFence` has no `partitioning_abi_version` field (the record is shared with
 finished checkpoint code), so the ABI enters both digests as the constant PARTITIONING_ABI_VERSION
-= 1, which keeps the AS §2.13 reference vectors (tests/assignment/test_digest.py, AS-T16).
+= 1, which keeps the AS §2.13 reference vectors (tests/assignment/test_digest.py, RB-T16).
 """
 
 from __future__ import annotations
