@@ -313,9 +313,14 @@ def node(
         typer.Option(
             "--metrics-port",
             min=0,
-            help="Serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, logged).",
+            help="Serve /metrics, /livez and /readyz on --metrics-host:PORT (0: a free port, "
+            "logged).",
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", help="Address of the metrics and health endpoint."),
+    ] = "127.0.0.1",
     fault_rate: Annotated[
         float,
         typer.Option(
@@ -380,6 +385,7 @@ def node(
             store,
             config,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             stream=stream,
             faults=faults,
             fault_seed=fault_seed,

@@ -149,6 +149,7 @@ class RebalanceNode:
         self.decisions: DecisionStore | None = None
         self.authority: LeaderLeaseStore | None = None
         self.controller: StoreClusterController | None = None
+        self.leadership: ManagedLeadership | None = None
         self.engine: BaseEngine | None = None
         self.ctx: RebalanceContext | None = None
         self._duties: LeaderDuties | None = None
@@ -203,6 +204,7 @@ class RebalanceNode:
         await activate_lease(holder, clock, deadline=deadline)
         self.log.write("active", term=acquired.record.lease.term)
         leadership, loop = self._assemble(holder)
+        self.leadership = leadership
         assert self.controller is not None
         await first_members(self.controller, clock, deadline=deadline)
         return holder, leadership, loop
