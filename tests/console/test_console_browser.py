@@ -11,12 +11,14 @@ chromium-driver`); without it these tests fail, they never skip.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +162,8 @@ def test_the_page_follows_the_leader_through_a_sigkill_and_vnodes_to_a_new_node(
         return members == {1: "active", 2: "active", 3: "active"} and live.leader() in members
 
     live.wait("three active members and their leader", three_active_and_a_leader)
-    assert set(live.owners()) == {1, 2, 3} and len(live.owners()) == 256
+    live.wait("256 vnodes spread over the three", lambda: set(live.owners()) == {1, 2, 3})
+    assert len(live.owners()) == 256
     first = live.leader()
     assert first is not None
     assert live.text("#leader").startswith(f"node {first} leads with fencing token")
@@ -218,3 +221,29 @@ def test_screenshot_of_the_page(live: Live) -> None:
         assert live.text(f"#{section}-section h2"), section
     cost = live.script("return document.getElementById('cost').textContent")
     print(f"\nconsole screenshot: {path}\n{cost}")
+
+
+def _document(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}api/cluster", timeout=10) as response:
+        document: dict[str, Any] = json.loads(response.read())
+    return document
+
+
+def test_a_refresh_costs_what_docs_console_md_says(live: Live) -> None:
+    """Steady state: 15 + members + partitions requests, plus about 5 per checkpoint and 2 per
+    assignment decision that is new since the previous refresh (docs/console.md "Cost")."""
+    before = _document(live.url)
+    time.sleep(1.2)  # past the console's refresh interval: the next answer is a new read
+    after = _document(live.url)
+    assert after["observed_at_ms"] > before["observed_at_ms"]
+    new_checkpoints = len(
+        {row["epoch"] for row in after["history"]["checkpoints"]}
+        - {row["epoch"] for row in before["history"]["checkpoints"]}
+    )
+    new_decisions = len(after["history"]["decisions"]) - len(before["history"]["decisions"])
+    partitions = len(after["lag"]["partitions"])
+    bound = 15 + len(after["members"]) + partitions + 5 * new_checkpoints + 2 * new_decisions
+    cost = after["cost"]
+    print(f"\none refresh: {cost} (bound {bound}; {partitions} partitions)")
+    assert 0 < cost["total"] <= bound
+    assert set(cost["requests"]) <= {"get", "head", "list"}  # never a write

@@ -71,15 +71,7 @@ def test_ml12_each_renewal_carries_the_counts_of_the_requests_before_it() -> Non
 
 def test_ml12_a_version_1_record_decodes_without_a_report() -> None:
     lease = ProcessLease(node=NODE, owner=_uuid(1), term=2, seq=5, expires_at_ms=10)
-    old = NodeLeaseRecordV1(
-        version=1,
-        lease=lease,
-        state=NodeState.ACTIVE,
-        ttl_ms=2000,
-        nonce=_uuid(2),
-        failure_domain=None,
-        takeovers=(),
-    )
+    old = _v1(lease, NodeState.ACTIVE)
     record = decode_node_record(encode(old), key=KEY, node=NODE)
     assert record.version == 2 and record.report is None
     assert (record.lease, record.state, record.nonce) == (lease, NodeState.ACTIVE, _uuid(2))
@@ -133,15 +125,7 @@ def test_ml12_a_store_holding_a_version_1_record_starts_over_it() -> None:
     async def main() -> None:
         store = open_store("memory://")
         lease = ProcessLease(node=NODE, owner=_uuid(1), term=3, seq=9, expires_at_ms=0)
-        old = NodeLeaseRecordV1(
-            version=1,
-            lease=lease,
-            state=NodeState.LEFT,
-            ttl_ms=2000,
-            nonce=_uuid(2),
-            failure_domain=None,
-            takeovers=(),
-        )
+        old = _v1(lease, NodeState.LEFT)
         await store.put(KEY, encode(old), OVERWRITE)
         holder = ProcessLeaseHolder(store, SimulatedClock(seed=1), NODE, ttl_s=2.0)
         acquired = await holder.acquire(deadline=FAR)
@@ -153,6 +137,18 @@ def test_ml12_a_store_holding_a_version_1_record_starts_over_it() -> None:
 
 def _uuid(n: int) -> str:
     return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def _v1(lease: ProcessLease, state: NodeState) -> NodeLeaseRecordV1:
+    return NodeLeaseRecordV1(
+        version=1,
+        lease=lease,
+        state=state,
+        ttl_ms=2000,
+        nonce=_uuid(2),
+        failure_domain=None,
+        takeovers=(),
+    )
 
 
 def _record(report: NodeReport | None) -> NodeLeaseRecord:

@@ -121,15 +121,8 @@ async def _run(
             else functools.partial(MetricsStore, metrics=metrics),
         )
         if metrics is not None and metrics_port is not None:
-            try:
-                server = await serve(
-                    metrics,
-                    metrics_port,
-                    metrics_host,
-                    readiness=functools.partial(node_readiness, node.node),
-                )
-            except InvalidArgument as error:
-                log.write("refused", error=str(error))
+            server = await _serve_metrics(metrics, metrics_port, metrics_host, node, log)
+            if server is None:
                 return EXIT_STORE_REFUSED
         # The first event: the endpoint a scraper (or a test) reads the bound port from.
         log.write(
@@ -148,6 +141,20 @@ async def _run(
             await server.close()
         library.removeHandler(handler)
         await store.close()
+
+
+async def _serve_metrics(
+    metrics: NodeMetrics, port: int, host: str, node: StreamNode, log: NodeLog
+) -> MetricsServer | None:
+    """`/metrics`, `/livez` and `/readyz` of `node`; None (logged as `refused`) when the
+    address cannot be bound."""
+    try:
+        return await serve(
+            metrics, port, host, readiness=functools.partial(node_readiness, node.node)
+        )
+    except InvalidArgument as error:
+        log.write("refused", error=str(error))
+        return None
 
 
 async def _store_passes_probe(store: ObjectStore, clock: RealClock, log: NodeLog) -> bool:

@@ -19,13 +19,12 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from aiohttp import web
 
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import InvalidArgument
-from laminar_cluster.views.console_feed import ConsoleFeed
+from laminar_cluster.metrics.server import start_site
 
 REFRESH_S_DEFAULT: Final = 1.0
 STATIC_FILES: Final = {
@@ -33,14 +32,19 @@ STATIC_FILES: Final = {
     "console.css": "text/css",
     "console.js": "text/javascript",
 }
-PORT_MAX: Final = 65_535
+
+
+class Feed(Protocol):
+    """What the server reads documents from (`views.console_feed.ConsoleFeed`)."""
+
+    async def read(self) -> dict[str, Any]: ...
 
 
 @dataclass
 class CachedFeed:
     """The feed behind a lock, refreshed at most once per `refresh_s`."""
 
-    feed: ConsoleFeed
+    feed: Feed
     clock: Clock
     refresh_s: float = REFRESH_S_DEFAULT
     document: dict[str, Any] | None = None
@@ -108,14 +112,5 @@ class ConsoleServer:
 
 async def start_console(cached: CachedFeed, host: str, port: int) -> ConsoleServer:
     """Serve the console on `host:port` (0: a free port) until `close()`."""
-    if not 0 <= port <= PORT_MAX:
-        raise InvalidArgument(f"console port must be within 0..{PORT_MAX}, not {port}")
-    runner = web.AppRunner(console_app(cached), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError as error:
-        await runner.cleanup()
-        raise InvalidArgument(f"console {host}:{port}: cannot listen: {error}") from error
-    return ConsoleServer(host=host, port=int(runner.addresses[0][1]), runner=runner)
+    runner, bound = await start_site(console_app(cached), host, port, "console")
+    return ConsoleServer(host=host, port=bound, runner=runner)

@@ -133,6 +133,16 @@ class NodeMetrics:
             "Events between the log ends and the consumed offsets (NaN: unknown)",
             registry=r,
         )
+        self._define_store_and_placement(r)
+        for op in STORE_OPS:  # every operation's series exists from the start, at 0
+            self.store_requests.labels(op=op)
+        for verdict in CheckpointVerdict:
+            self.checkpoint_outcomes.labels(verdict=verdict.value)
+        self.source_lag.set(math.nan)
+        self._events_seen = 0
+
+    def _define_store_and_placement(self, r: CollectorRegistry) -> None:
+        """The store, placement and last-commit series (part of `__init__`)."""
         self.store_requests = Counter(
             "laminar_store_requests", "Object store requests, by operation", ["op"], registry=r
         )
@@ -159,12 +169,6 @@ class NodeMetrics:
             registry=r,
         )
         self.last_commit_age.set_function(self._last_commit_age_s)
-        for op in STORE_OPS:  # every operation's series exists from the start, at 0
-            self.store_requests.labels(op=op)
-        for verdict in CheckpointVerdict:
-            self.checkpoint_outcomes.labels(verdict=verdict.value)
-        self.source_lag.set(math.nan)
-        self._events_seen = 0
 
     # -- gauges ------------------------------------------------------------------------------
     def set_leader(self, proof: LeaderProof | None) -> None:

@@ -106,16 +106,23 @@ async def serve(
     readiness: Readiness = always_ready,
 ) -> MetricsServer:
     """Serve `metrics` and the health paths on `host:port` (0: a free port) until `close()`."""
+    runner, bound = await start_site(metrics_app(metrics, readiness), host, port, "metrics")
+    return MetricsServer(host=host, port=bound, _runner=runner)
+
+
+async def start_site(
+    app: web.Application, host: str, port: int, what: str
+) -> tuple[web.AppRunner, int]:
+    """Serve `app` on `host:port` (0: a free port): its runner and the bound port. An address
+    that cannot be bound is an InvalidArgument naming `what` (the caller picks another)."""
     if not 0 <= port <= PORT_MAX:
-        raise InvalidArgument(f"metrics port must be within 0..{PORT_MAX}, not {port}")
-    runner = web.AppRunner(metrics_app(metrics, readiness), access_log=None)
+        raise InvalidArgument(f"{what} port must be within 0..{PORT_MAX}, not {port}")
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()
     except OSError as error:
         await runner.cleanup()
-        # The address is in use or not ours: the caller picks another one.
-        raise InvalidArgument(f"metrics endpoint {host}:{port}: cannot listen: {error}") from error
-    bound = runner.addresses[0][1]
-    return MetricsServer(host=host, port=int(bound), _runner=runner)
+        raise InvalidArgument(f"{what} endpoint {host}:{port}: cannot listen: {error}") from error
+    return runner, int(runner.addresses[0][1])

@@ -28,7 +28,12 @@ from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
 from laminar_cluster.lease.limits import MAX_AUTHORITY_RECORD_BYTES
 from laminar_cluster.lease.paths import record_path
-from laminar_cluster.lease.records import AssignmentDrainDecision, LeaderAuthorityRecord
+from laminar_cluster.lease.records import (
+    AssignmentDecisionLink,
+    AssignmentDrainDecision,
+    LeaderAuthorityRecord,
+    OutcomeLink,
+)
 from laminar_cluster.lease.validate import decode_record
 from laminar_cluster.store import ObjectStore
 
@@ -54,30 +59,43 @@ class AuthorityHistory:
         """Read what is new below `head` (seen at `seen_ms` by the caller's wall clock)."""
         self.problems = []
         self._term(head, seen_ms)
-        link = head.outcome_head
-        for _ in range(NEW_LINKS_MAX):
-            if link is None or link.sequence in self.checkpoints:
-                break
-            record, admitted_ms = await self._record(link.sequence)
-            if record is None or record.checkpoint_outcome is None:
-                break  # pruned meanwhile: the older history is gone
-            self.checkpoints[link.sequence] = await self._checkpoint(
-                record.checkpoint_outcome, admitted_ms
-            )
-            link = record.previous_outcome
-        decision_link = head.assignment_decision_head
-        for _ in range(NEW_LINKS_MAX):
-            if decision_link is None or decision_link.sequence in self.decisions:
-                break
-            record, admitted_ms = await self._record(decision_link.sequence)
-            if record is None or record.assignment_decision is None:
-                break
-            self.decisions[decision_link.sequence] = _decision_row(record, admitted_ms)
-            decision_link = record.previous_assignment_decision
+        await self._walk(
+            head.outcome_head.sequence if head.outcome_head else None,
+            self.checkpoints,
+            self._checkpoint,
+            lambda record: record.previous_outcome,
+        )
+        await self._walk(
+            head.assignment_decision_head.sequence if head.assignment_decision_head else None,
+            self.decisions,
+            _decision_row,
+            lambda record: record.previous_assignment_decision,
+        )
         _trim(self.checkpoints)
         _trim(self.decisions)
         _trim(self.terms)
         _events_per_checkpoint(self.checkpoints)
+
+    async def _walk(
+        self,
+        seq: int | None,
+        rows: dict[int, dict[str, Any]],
+        row_of: Callable[[LeaderAuthorityRecord, int], Awaitable[dict[str, Any] | None]],
+        previous: Callable[[LeaderAuthorityRecord], OutcomeLink | AssignmentDecisionLink | None],
+    ) -> None:
+        """From the record at `seq` back along `previous` until a record already in `rows`
+        (or one pruned meanwhile, or not admitting what its link names), at most
+        NEW_LINKS_MAX records."""
+        for _ in range(NEW_LINKS_MAX):
+            if seq is None or seq in rows:
+                return
+            record, admitted_ms = await self._record(seq)
+            row = None if record is None else await row_of(record, admitted_ms)
+            if record is None or row is None:
+                return  # pruned meanwhile: the older history is gone
+            rows[seq] = row
+            link = previous(record)
+            seq = None if link is None else link.sequence
 
     def as_json(self) -> dict[str, Any]:
         """Oldest first: `terms`, `checkpoints`, `decisions`."""
@@ -114,7 +132,12 @@ class AuthorityHistory:
         term["from_ms"] = min(term["from_ms"], at_ms)
         term["to_ms"] = max(term["to_ms"], at_ms)
 
-    async def _checkpoint(self, outcome: CheckpointOutcome, admitted_ms: int) -> dict[str, Any]:
+    async def _checkpoint(
+        self, record: LeaderAuthorityRecord, admitted_ms: int
+    ) -> dict[str, Any] | None:
+        outcome = record.checkpoint_outcome
+        if outcome is None:
+            return None
         row: dict[str, Any] = {
             "epoch": outcome.epoch,
             "checkpoint_id": outcome.checkpoint_id,
@@ -139,9 +162,10 @@ class AuthorityHistory:
         return row
 
 
-def _decision_row(record: LeaderAuthorityRecord, admitted_ms: int) -> dict[str, Any]:
+async def _decision_row(record: LeaderAuthorityRecord, admitted_ms: int) -> dict[str, Any] | None:
     decision = record.assignment_decision
-    assert decision is not None
+    if decision is None:
+        return None
     drain = decision if isinstance(decision, AssignmentDrainDecision) else None
     return {
         "target_version": decision.target_version,
