@@ -135,6 +135,27 @@ def status(
     )
 
 
+@app.command("console")
+def console_command(
+    store: StoreOption,
+    host: Annotated[str, typer.Option("--host", help="Address to serve the page on.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65_535, help="Port (0: a free one, printed).")
+    ] = 8080,
+    refresh_s: Annotated[
+        float,
+        typer.Option("--refresh", min=0.1, help="Read the store at most this often, seconds."),
+    ] = 1.0,
+) -> None:
+    """A read-only web page of the cluster, live: leader and tokens, members, vnode heatmap,
+    rotations, checkpoints, source lag, store request rates. Reads only the store."""
+    from laminar_cluster.cli.console import run_console
+
+    raise typer.Exit(_guard(lambda: run_console(store, host=host, port=port, refresh_s=refresh_s)))
+
+
 SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Workload seed.")]
 KeysOption = Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.")]
 
@@ -313,9 +334,14 @@ def node(
         typer.Option(
             "--metrics-port",
             min=0,
-            help="Serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, logged).",
+            help="Serve /metrics, /livez and /readyz on --metrics-host:PORT (0: a free port, "
+            "logged).",
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", help="Address of the metrics and health endpoint."),
+    ] = "127.0.0.1",
     fault_rate: Annotated[
         float,
         typer.Option(
@@ -380,6 +406,7 @@ def node(
             store,
             config,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             stream=stream,
             faults=faults,
             fault_seed=fault_seed,

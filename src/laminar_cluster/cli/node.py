@@ -16,8 +16,10 @@ naming the metrics endpoint (`metrics_port`, `metrics_url`; null without `--metr
 port 0 picks a free one and logs the bound port).
 
 With a metrics port the node keeps a `NodeMetrics` (leader, token, assignment version, vnodes
-owned and restoring, checkpoint durations and verdicts, rotations, events, source lag, store
-requests and errors by kind through `MetricsStore`, placement) served on 127.0.0.1.
+owned and restoring, checkpoint durations and verdicts, the last commit's age, rotations,
+events, source lag, store requests and errors by kind through `MetricsStore`, placement) served
+on `--metrics-host` (default 127.0.0.1) at `/metrics`, beside `/livez` and `/readyz`
+(metrics.server, metrics.health).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import Final
 from laminar_cluster.clock import RealClock, retry_until
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, serve
+from laminar_cluster.metrics.health import node_readiness
+from laminar_cluster.metrics.server import DEFAULT_HOST
 from laminar_cluster.rebalance.node.log import JsonLogHandler, NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
@@ -57,6 +61,7 @@ def run_node_command(
     *,
     probe: bool = True,
     metrics_port: int | None = None,
+    metrics_host: str = DEFAULT_HOST,
     stream: StreamNodeConfig | None = None,
     faults: FaultConfig | None = None,
     fault_seed: int = 0,
@@ -70,6 +75,7 @@ def run_node_command(
             config,
             probe=probe,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             stream=stream,
             faults=faults,
             fault_seed=fault_seed,
@@ -84,6 +90,7 @@ async def _run(
     probe: bool,
     metrics_port: int | None,
     stream: StreamNodeConfig | None,
+    metrics_host: str = DEFAULT_HOST,
     faults: FaultConfig | None = None,
     fault_seed: int = 0,
 ) -> int:
@@ -101,21 +108,7 @@ async def _run(
         if probe and not await _store_passes_probe(store, clock, log):
             return EXIT_STORE_REFUSED
         store = _wrapped(store, clock, faults, fault_seed)
-        metrics = None if metrics_port is None else NodeMetrics()
-        if metrics is not None and metrics_port is not None:
-            try:
-                server = serve(metrics, metrics_port)
-            except InvalidArgument as error:
-                log.write("refused", error=str(error))
-                return EXIT_STORE_REFUSED
-        # The first event: the endpoint a scraper (or a test) reads the bound port from.
-        log.write(
-            "started",
-            store=store.url,
-            metrics_port=None if server is None else server.port,
-            metrics_url=None if server is None else server.url,
-            faults=None if faults is None else {"seed": fault_seed, **asdict(faults)},
-        )
+        metrics = None if metrics_port is None else NodeMetrics(clock=clock)
         node = StreamNode(
             store,
             clock,
@@ -127,15 +120,41 @@ async def _run(
             if metrics is None
             else functools.partial(MetricsStore, metrics=metrics),
         )
+        if metrics is not None and metrics_port is not None:
+            server = await _serve_metrics(metrics, metrics_port, metrics_host, node, log)
+            if server is None:
+                return EXIT_STORE_REFUSED
+        # The first event: the endpoint a scraper (or a test) reads the bound port from.
+        log.write(
+            "started",
+            store=store.url,
+            metrics_port=None if server is None else server.port,
+            metrics_url=None if server is None else server.url,
+            faults=None if faults is None else {"seed": fault_seed, **asdict(faults)},
+        )
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _on_signal, node, log, signum)
         return await node.run()
     finally:
         if server is not None:
-            server.close()
+            await server.close()
         library.removeHandler(handler)
         await store.close()
+
+
+async def _serve_metrics(
+    metrics: NodeMetrics, port: int, host: str, node: StreamNode, log: NodeLog
+) -> MetricsServer | None:
+    """`/metrics`, `/livez` and `/readyz` of `node`; None (logged as `refused`) when the
+    address cannot be bound."""
+    try:
+        return await serve(
+            metrics, port, host, readiness=functools.partial(node_readiness, node.node)
+        )
+    except InvalidArgument as error:
+        log.write("refused", error=str(error))
+        return None
 
 
 async def _store_passes_probe(store: ObjectStore, clock: RealClock, log: NodeLog) -> bool:

@@ -15,6 +15,7 @@ ML §4.9.2; docs/protocols/membership.md).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -38,8 +39,10 @@ from laminar_cluster.lease.term import ttl_ms_of
 from laminar_cluster.membership.paths import node_lease_path
 from laminar_cluster.membership.records import (
     MAX_NODE_LEASE_RECORD_BYTES,
+    NODE_LEASE_RECORD_VERSION,
     STATE_ORDER,
     NodeLeaseRecord,
+    NodeReport,
     NodeState,
     decode_node_record,
     encode_node_record,
@@ -103,8 +106,12 @@ class ProcessLeaseHolder:
         *,
         ttl_s: float,
         failure_domain: str | None = None,
+        report: Callable[[], NodeReport | None] | None = None,
     ) -> None:
+        """`report`, when given, is called for each start and renewal: what the record
+        carries for operators (records.NodeReport)."""
         self._store = store
+        self._report = report
         self._clock = clock
         self.node = node
         self.key = node_lease_path(node)
@@ -187,6 +194,7 @@ class ProcessLeaseHolder:
                 lease=replace(lease, seq=lease.seq + 1, expires_at_ms=self._expiry_ms()),
                 state=new_state,
                 nonce=str(self._clock.uuid4()),
+                report=self._current_report(),
             )
             op_deadline = min(deadline, valid_until_s)
             try:
@@ -298,14 +306,18 @@ class ProcessLeaseHolder:
             )
         )
         return NodeLeaseRecord(
-            version=1,
+            version=NODE_LEASE_RECORD_VERSION,
             lease=lease,
             state=NodeState.JOINING,
             ttl_ms=self.ttl_ms,
             nonce=str(self._clock.uuid4()),
             failure_domain=self._failure_domain,
             takeovers=takeovers,
+            report=self._current_report(),
         )
+
+    def _current_report(self) -> NodeReport | None:
+        return None if self._report is None else self._report()
 
     async def _write_start(
         self, current: Stored | None, candidate: NodeLeaseRecord

@@ -179,6 +179,7 @@ class StreamNode:
             extra_tasks=self._tasks,
             store_wrapper=store_wrapper,
             metrics=metrics,
+            restoring=self._restoring,
         )
 
     @property
@@ -196,6 +197,10 @@ class StreamNode:
         self.node.stop()
 
     # -- RebalanceNode hooks -------------------------------------------------------------------
+    def _restoring(self) -> tuple[int, ...]:
+        engine = self.engine
+        return () if engine is None else tuple(engine.table.restoring)
+
     def _engine(
         self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
     ) -> BaseEngine:

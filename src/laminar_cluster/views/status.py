@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
+from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import vnodes_per_node
 from laminar_cluster.assignment.snapshot_io import inventory, load_effective
 from laminar_cluster.authority.outcome_audit import read_linked_outcome
@@ -52,7 +53,7 @@ from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
-from laminar_cluster.membership.discovery import Discovery
+from laminar_cluster.membership.discovery import Discovery, Member
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.eventlog_batches import (
     EVENT_LOG_PARTITIONS_MAX,
@@ -157,11 +158,16 @@ class StatusReader:
         self.clock = clock
         self.discovery = Discovery(self.store, clock)
         self.event_log = None if event_log is None else event_log(self.store)
+        # What the last `read` found, for views built on top (views.console_feed).
+        self.last_head: LeaderAuthorityRecord | None = None
+        self.last_snapshot: AssignmentSnapshot | None = None
+        self.last_members: tuple[Member, ...] = ()
 
     async def read(self, *, timeout_s: float) -> StatusView:
         """Every section, each within its own `timeout_s`."""
         view = StatusView(store=self.store.url, observed_at_ms=self.clock.wall_ms())
         head = await self._guarded(view, "leader", timeout_s, lambda _: self._leader(view))
+        self.last_head, self.last_snapshot = head, None
         await self._guarded(view, "members", timeout_s, lambda d: self._members(view, d))
         await self._guarded(view, "assignment", timeout_s, lambda _: self._assignment(view))
         capsule = None
@@ -216,6 +222,7 @@ class StatusReader:
 
     async def _members(self, view: StatusView, deadline: float) -> None:
         polled = await self.discovery.poll(deadline=deadline)
+        self.last_members = polled.members
         view.problems.extend(
             {"section": "members", "object": None, "error": problem} for problem in polled.problems
         )
@@ -240,6 +247,7 @@ class StatusReader:
         snapshot = await load_effective(self.store, head)
         if snapshot is None:
             raise CorruptRecord(f"assignment version {head} is listed but absent")
+        self.last_snapshot = snapshot
         transition = snapshot.drain_transition if snapshot.draining else None
         view.assignment = {
             "head_version": head,
@@ -275,6 +283,10 @@ class StatusReader:
         capsule = await self._capsule(outcome)
         view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
         return capsule
+
+    async def capsule_of(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
+        """The recovery capsule of a Commit, checked against it (CorruptRecord otherwise)."""
+        return await self._capsule(outcome)
 
     async def _capsule(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
         ref = outcome.recovery_capsule

@@ -41,6 +41,7 @@ from laminar_cluster.membership.discovery import MembershipView
 from laminar_cluster.membership.paths import node_lease_path
 from laminar_cluster.membership.process_lease import Stored, read_node_record
 from laminar_cluster.membership.records import (
+    NODE_LEASE_RECORD_VERSION,
     NodeLeaseRecord,
     NodeState,
     encode_node_record,
@@ -163,13 +164,14 @@ def _takeover_record(record: NodeLeaseRecord, clock: Clock) -> NodeLeaseRecord:
     )
     fence = ProcessLeaseFence(predecessor=lease, successor=successor)
     return NodeLeaseRecord(
-        version=1,
+        version=NODE_LEASE_RECORD_VERSION,
         lease=successor,
         state=NodeState.LEFT,
         ttl_ms=record.ttl_ms,
         nonce=str(clock.uuid4()),
         failure_domain=record.failure_domain,
         takeovers=with_takeover(fence, record.takeovers),
+        report=None,  # the taken-over process reports nothing more
     )
 
 
