@@ -13,10 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import LaminarError, Refused
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal, refused_because
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 
 logger: Final = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class RebalanceLoop:
                 stop.cancel()
         if change.done() and not change.cancelled():
             outcome = change.result()
-            if isinstance(outcome, RebalanceError):
+            if isinstance(outcome, Refused):
                 closed = True
             else:
                 result = outcome
@@ -140,9 +140,11 @@ class RebalanceLoop:
         return True
 
 
-async def _settled(changed: Awaitable[int]) -> int | RebalanceError:
+async def _settled(changed: Awaitable[int]) -> int | Refused:
     """The watch result, with a closed watch as a value (a TaskGroup must not fail)."""
     try:
         return await changed
-    except RebalanceError as error:
+    except Refused as error:
+        if not refused_because(error, Refusal.MEMBERS_WATCH_CLOSED):
+            raise
         return error
