@@ -250,6 +250,11 @@ async def _assert_aborted(scenario: Scenario, kind: type[LaminarError], reason: 
 
 
 class _Failing:
+    """A checkpointer whose every checkpoint fails with `error`."""
+
+    def __init__(self, error: LaminarError) -> None:
+        self.error = error
+
     async def __call__(
         self,
         fence: CheckpointAssignmentFence,
@@ -257,28 +262,15 @@ class _Failing:
         *,
         deadline: float,
     ) -> CheckpointResult:
-        return CheckpointResult(
-            success=False, error=StoreUnavailable("checkpoint failed: injected")
-        )
+        return CheckpointResult(success=False, error=self.error)
 
 
 @synchronous
 async def test_t36_checkpoint_failure_aborts(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2))
-    scenario.add_engine(1, checkpointer=_Failing())
+    scenario.add_engine(1, checkpointer=_Failing(StoreUnavailable("injected")))
     await scenario.bring_up((1, 1, 1, 1))
     await _assert_aborted(scenario, StoreUnavailable, Refusal.HANDOFF_CHECKPOINT_FAILED)
-
-
-class _Fenced:
-    async def __call__(
-        self,
-        fence: CheckpointAssignmentFence,
-        transition: AssignmentDrainTransition | None,
-        *,
-        deadline: float,
-    ) -> CheckpointResult:
-        return CheckpointResult(success=False, error=Fenced("a newer leader term decided"))
 
 
 @synchronous
@@ -286,7 +278,7 @@ async def test_a_fenced_checkpoint_keeps_its_type_to_the_caller(store: ObjectSto
     """A Fenced in `CheckpointResult.error` reaches the rotation's caller (the controller loop,
     which stops on it) as a Fenced, after the drain's Abort."""
     scenario = await Scenario.start(store, _clock(), (1, 2))
-    scenario.add_engine(1, checkpointer=_Fenced())
+    scenario.add_engine(1, checkpointer=_Failing(Fenced("a newer leader term decided")))
     await scenario.bring_up((1, 1, 1, 1))
     await _assert_aborted(scenario, Fenced, Refusal.HANDOFF_CHECKPOINT_FAILED)
 
