@@ -27,7 +27,7 @@ from laminar_cluster.coordinator.participant import (
 )
 from laminar_cluster.coordinator.paths import ATTEMPTS_PREFIX, manifest_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
-from laminar_cluster.errors import ObjectNotFound
+from laminar_cluster.errors import InvalidArgument, ObjectNotFound
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
@@ -253,5 +253,23 @@ def test_a_refusal_is_no_bug(url: str, caplog: pytest.LogCaptureFixture) -> None
         assert isinstance(outcome, Refused) and host.resolutions == [(attempt, False)]
         assert p.engine_bugs == 0 and metrics.value("laminar_engine_bugs_total") == 0
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    run(url, body)
+
+
+def test_non_positive_timings_are_invalid(url: str) -> None:
+    async def body(cluster: Cluster) -> None:
+        store, _, authority = cluster.client()
+        for poll_s, prepare_s, decision_s in ((0.0, 1.0, 1.0), (0.1, 0.0, 1.0), (0.1, 1.0, -1.0)):
+            with pytest.raises(InvalidArgument):
+                CheckpointParticipant(
+                    store,
+                    cluster.clock,
+                    authority,
+                    cluster.host(2),
+                    poll_s,
+                    prepare_timeout_s=prepare_s,
+                    decision_timeout_s=decision_s,
+                )
 
     run(url, body)

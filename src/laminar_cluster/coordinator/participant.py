@@ -124,7 +124,7 @@ class CheckpointParticipant:
         on_engine_bug: Callable[[], None] | None = None,
     ) -> None:
         if poll_s <= 0 or prepare_timeout_s <= 0 or decision_timeout_s <= 0:
-            raise ValueError("poll_s and the timeouts must be > 0")
+            raise InvalidArgument("poll_s and the timeouts must be > 0")
         self.store = store
         self.clock = clock
         self.authority = authority
