@@ -27,7 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from laminar_cluster.errors import RETRYABLE, CorruptRecord, Fenced, LaminarError, Refused
+from laminar_cluster.errors import RETRYABLE, Fenced, LaminarError, Refused
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
@@ -168,7 +168,7 @@ class RebalanceLoop:
 
     def _report(self, error: LaminarError) -> None:
         """ERROR once, naming the object, while the same error persists; DEBUG on repeats."""
-        key = error.key if isinstance(error, CorruptRecord) else None
+        key: str | None = getattr(error, "key", None)  # CorruptRecord and store answers name one
         seen = (type(error), f"{key}: {error}")
         level = logging.DEBUG if seen == self._reported else logging.ERROR
         self._reported = seen
