@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -211,6 +211,62 @@ def test_sc9_every_backend_rejects_invalid_keys(store: ObjectStore, key: str) ->
             await store.put(key, b"x", CREATE)
         with pytest.raises(InvalidArgument):
             await store.get(key)
+
+    run(body())
+
+
+# Requests no store can serve, each a call on a store; every backend refuses every one of them
+# with InvalidArgument, before any I/O (store/api.py `check_*`).
+BAD_REQUESTS: dict[str, Callable[[ObjectStore], Awaitable[object]]] = {
+    "get with a negative end": lambda s: s.get("k/obj", end=-1),
+    "get with a str end": lambda s: s.get("k/obj", end="3"),  # type: ignore[arg-type]
+    "get with a bool end": lambda s: s.get("k/obj", end=True),
+    "get of a non-str key": lambda s: s.get(7),  # type: ignore[arg-type]
+    "get of a bad key": lambda s: s.get("k//obj"),
+    "head of a non-str key": lambda s: s.head(b"k/obj"),  # type: ignore[arg-type]
+    "head of a bad key": lambda s: s.head("/k/obj"),
+    "put of a str body": lambda s: s.put("k/obj", "text", CREATE),  # type: ignore[arg-type]
+    "put of an int body": lambda s: s.put("k/obj", 5, OVERWRITE),  # type: ignore[arg-type]
+    "put of no body": lambda s: s.put("k/obj", None, CREATE),  # type: ignore[arg-type]
+    "put with a str mode": lambda s: s.put("k/obj", b"x", "create"),  # type: ignore[arg-type]
+    "put with no mode": lambda s: s.put("k/obj", b"x", None),  # type: ignore[arg-type]
+    "put of a non-str key": lambda s: s.put(None, b"x", CREATE),  # type: ignore[arg-type]
+    "put of a bad key": lambda s: s.put("k/obj/", b"x", CREATE),
+    "list with a negative limit": lambda s: s.list("k/", limit=-1),
+    "list with a str limit": lambda s: s.list("k/", limit="2"),  # type: ignore[arg-type]
+    "list with an int offset": lambda s: s.list("k/", offset=3),  # type: ignore[arg-type]
+    "list of a non-str prefix": lambda s: s.list(None),  # type: ignore[arg-type]
+    "list of a bad prefix": lambda s: s.list("k/../"),
+    "delete of a non-str key": lambda s: s.delete(1.5),  # type: ignore[arg-type]
+    "delete of a bad key": lambda s: s.delete("k/./obj"),
+}
+
+
+@pytest.mark.parametrize("request_name", sorted(BAD_REQUESTS))
+def test_every_backend_refuses_a_bad_request_with_invalid_argument(
+    store: ObjectStore, request_name: str
+) -> None:
+    async def body() -> None:
+        await store.put("k/obj", b"kept", CREATE)
+        with pytest.raises(InvalidArgument):
+            await BAD_REQUESTS[request_name](store)
+        assert (await store.get("k/obj")).body == b"kept"  # nothing written
+        assert [meta.key for meta in await store.list("")] == ["k/obj"]
+
+    run(body())
+
+
+def test_an_if_match_naming_nothing_is_invalid() -> None:
+    with pytest.raises(InvalidArgument):
+        IfMatch(e_tag=None, version=None)
+    with pytest.raises(InvalidArgument):
+        IfMatch(e_tag=7, version=None)  # type: ignore[arg-type]
+
+
+def test_a_zero_limit_lists_nothing_on_every_backend(store: ObjectStore) -> None:
+    async def body() -> None:
+        await store.put("z/obj", b"x", CREATE)
+        assert await store.list("z/", limit=0) == []
 
     run(body())
 

@@ -8,6 +8,7 @@ import pytest
 
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import (
+    InvalidArgument,
     ObjectAlreadyExists,
     ObjectNotFound,
     PreconditionFailed,
@@ -171,10 +172,10 @@ def test_scripted_faults_match_operation_and_key_prefix() -> None:
 
 
 def test_invalid_configuration_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         FaultConfig(error_before_rate=1.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         FaultConfig(latency_s_min=2, latency_s_max=1)
     store, _ = make()
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         store.fail_next(FaultKind.AFTER, op="get")

@@ -10,7 +10,8 @@ three ways:
   engine's registry, and, when the engine reports `progress()`, vnodes restoring and events
   processed; `update_lag_from(engine, deadline=)` less often, since the lag reads the log ends;
 * event calls where things happen: `checkpoint_finished`, `rotated`, `events_processed`,
-  `set_source_lag`, `commit_seen`;
+  `set_source_lag`, `commit_seen`, `engine_bug` (the checkpoint participant caught an engine
+  exception that is not a LaminarError: a bug, logged with its traceback);
 * `MetricsStore` (metrics.counted_store) counts every store request and error through
   `store_request` / `store_error`; the watcher publishes placement through `publish_placement`
   (it is the rebalance layer's `PlacementSink`).
@@ -128,6 +129,11 @@ class NodeMetrics:
         self.events = Counter(
             "laminar_events_processed", "Events processed by the local engine", registry=r
         )
+        self.engine_bugs = Counter(
+            "laminar_engine_bugs",
+            "Engine exceptions that are not LaminarErrors (bugs); each aborted its checkpoint",
+            registry=r,
+        )
         self.source_lag = Gauge(
             "laminar_source_lag_events",
             "Events between the log ends and the consumed offsets (NaN: unknown)",
@@ -209,6 +215,9 @@ class NodeMetrics:
 
     def rotated(self) -> None:
         self.rotations.inc()
+
+    def engine_bug(self) -> None:
+        self.engine_bugs.inc()
 
     def events_processed(self, events: int) -> None:
         if events < 0:

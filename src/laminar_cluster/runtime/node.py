@@ -91,6 +91,8 @@ class StreamMetrics(PlacementSink, Protocol):
 
     def rotated(self) -> None: ...
 
+    def engine_bug(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class StreamNodeConfig:
@@ -249,6 +251,7 @@ class StreamNode:
             stream.checkpoint_poll_s,
             prepare_timeout_s=stream.prepare_timeout_s,
             decision_timeout_s=stream.decision_timeout_s,
+            on_engine_bug=None if self.metrics is None else self.metrics.engine_bug,
         )
         self.participant = participant
         observer = _Observer(self, engine)

@@ -285,8 +285,10 @@ class RebalanceNode:
             before = self.requests.count_of("rebalance")
             try:
                 settled = await rebalance_attempt(ctx, live)
-            except (LaminarError, ValueError) as error:
-                self.log.write("rebalance_failed", error=str(error), live=list(live))
+            except LaminarError as error:
+                self.log.write(
+                    "rebalance_failed", kind=type(error).__name__, error=str(error), live=list(live)
+                )
                 raise
             if settled is not None:
                 self.rotations += 1
