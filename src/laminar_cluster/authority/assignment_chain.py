@@ -24,33 +24,29 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import (
-    CorruptRecord,
-    Fenced,
-    InvalidArgument,
-    InventoryChanged,
-    Refused,
-    StoreUnavailable,
+from laminar_cluster.authority.admission import (
+    Answer,
+    Append,
+    Decision,
+    RequireTerm,
+    admit,
+    require_canonical_proof,
+    successor,
 )
-from laminar_cluster.fencing import LeaderProof, proof_is_canonical
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.log import read_record_from, require_advanced
-from laminar_cluster.lease.outcomes import AppendContended, PublishedHead
+from laminar_cluster.checkpoint.limits import U64_MAX
+from laminar_cluster.codec.shape import writing
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged, Refused
+from laminar_cluster.fencing import LeaderProof
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,
     AuthorityAssignmentDecision,
     AuthorityAssignmentDecisionFloor,
     LeaderAuthorityRecord,
-    LeaderLease,
 )
 from laminar_cluster.lease.validate import validate_assignment_floor
-from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -174,31 +170,20 @@ async def prune_assignment_drain_decisions_before(
         head_record = await authority.load_record()
         floor = None if head_record is None else head_record.assignment_decision_floor
         return 0 if floor is None else floor.before_target_version
-    if not proof_is_canonical(proof):
-        raise Fenced("assignment decision floor proof is not canonical")
     what = "assignment decision floor"
-    async with within_deadline(authority.clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)  # cooperative yield between attempts
-            head = await proof_head(authority, proof, what)
-            current = head.record.assignment_decision_floor
-            if current is not None and current.before_target_version >= before:
-                authority.schedule_prune()  # floors only move forward
-                return current.before_target_version
-            audited = await audit_assignment_decisions(authority, head.record)
-            outcome = await authority.append(head, _floor_record(head.record, audited, before))
-            if not isinstance(outcome, AppendContended):
-                return before
-            winner = outcome.winner
-            reached = winner.assignment_decision_floor
-            if reached is not None and reached.before_target_version >= before:
-                authority.schedule_prune()
-                return reached.before_target_version
-            if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
-                raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(winner, head.record.lease.seq, what)
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+    require_canonical_proof(proof, what)
+
+    async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> Decision[int]:
+        # A floor at or past `before` settles the call, also when it is a winner's (§4.5.6).
+        reached = head.assignment_decision_floor
+        if reached is not None and reached.before_target_version >= before:
+            authority.schedule_prune()  # floors only move forward: a history prune instead
+            return Answer(reached.before_target_version)
+        require_term()  # S5: admitted only right after a record of the proof's exact term
+        audited = await audit_assignment_decisions(authority, head)
+        return Append(_floor_record(head, audited, before), before, before)
+
+    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
 
 
 def _floor_record(
@@ -219,10 +204,7 @@ def _floor_record(
     )
     with writing("assignment decision floor"):
         validate_assignment_floor(floor)  # validated before it is written (and again on encode)
-    return msgspec.structs.replace(
-        head_record.preserve_with_lease(decision_append_lease(head_record)),
-        assignment_decision_floor=floor,
-    )
+    return successor(head_record, assignment_decision_floor=floor)
 
 
 def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int) -> None:
@@ -255,35 +237,13 @@ def check_advances(audited: list[AuditedDecision], target_version: int) -> None:
 def decision_record(
     head_record: LeaderAuthorityRecord, decision: AuthorityAssignmentDecision
 ) -> LeaderAuthorityRecord:
-    """`preserve_with_lease(seq+1)` admitting `decision`, linked after the old chain head."""
-    lease = decision_append_lease(head_record)
-    return msgspec.structs.replace(
-        head_record.preserve_with_lease(lease),
+    """The decision append after `head_record` admitting `decision`, linked after the old chain
+    head (§4.5.1 step 7)."""
+    return successor(
+        head_record,
         assignment_decision=decision,
         previous_assignment_decision=head_record.assignment_decision_head,
         assignment_decision_head=AssignmentDecisionLink(
-            sequence=lease.seq, target_version=decision.target_version
+            sequence=head_record.lease.seq + 1, target_version=decision.target_version
         ),
     )
-
-
-def decision_append_lease(head_record: LeaderAuthorityRecord) -> LeaderLease:
-    """The lease of a non-liveness append after `head_record` (§3.3): seq+1; renewal sequence,
-    token, owner, expiry and catalog unchanged (S4: a decision never advances the token)."""
-    seq = head_record.lease.seq
-    if seq >= U64_MAX:
-        raise InvalidArgument("leader authority sequence exhausted")
-    return msgspec.structs.replace(head_record.lease, seq=seq + 1)
-
-
-async def proof_head(authority: LeaderLeaseStore, proof: LeaderProof, what: str) -> PublishedHead:
-    """The published head, if `proof` names its exact term; Fenced otherwise (S5)."""
-    head = await authority.load_published_head()
-    if head is None:
-        raise Fenced(f"{what}: there is no durable leader authority head")
-    if not lease_matches_proof(head.record.lease, proof):
-        raise Fenced(
-            f"{what}: the proof (token {proof.fencing_token}) does not name the durable "
-            f"authority term (token {head.record.lease.token})"
-        )
-    return head

@@ -20,8 +20,9 @@ proof check and the admission are one create-only store operation (S5).
 
 Errors (spec -> here): `Io` -> StoreUnavailable; an invalid decision or a decision that does not
 match the snapshots -> InvalidArgument; `Fenced` -> Fenced; `Decision::Conflict` (below the floor,
-non-advancing, cross-kind) -> Refused; corrupt durable state -> CorruptRecord. Mutators take an
-absolute monotonic `deadline` and at most AUTHORITY_MUTATION_ATTEMPTS_MAX attempts.
+non-advancing, cross-kind) -> Refused; corrupt durable state -> CorruptRecord. Decisions are
+admitted by `admission.admit`: an absolute monotonic `deadline` and at most
+AUTHORITY_MUTATION_ATTEMPTS_MAX attempts (then Contended).
 """
 
 from __future__ import annotations
@@ -30,17 +31,16 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
+from laminar_cluster.authority.admission import Answer, Append, Decision, RequireTerm, admit
 from laminar_cluster.authority.assignment_chain import (
     AuditedDecision,
     audit_assignment_decisions,
     check_advances,
     check_decision_floor,
     decision_record,
-    proof_head,
     prune_assignment_drain_decisions_before,
 )
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     Contended,
@@ -55,9 +55,6 @@ from laminar_cluster.errors import (
     WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof, proof_is_canonical
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendCreated, AppendExistingIdentical
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentDrainTransition,
@@ -73,7 +70,6 @@ from laminar_cluster.lease.validate import (
     validate_drain_decision,
     validate_recovery_decision,
 )
-from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -249,7 +245,7 @@ async def _record(
     *,
     deadline: float,
 ) -> _Result[D]:
-    """The shared core (§4.5.1): validate, then load head / audit / preflight / append until
+    """The shared core (§4.5.1): validate, then admit (audit, settle, preflight, append) until
     the decision is settled, Fenced, Refused, or the deadline or the attempt bound passes."""
     with writing(f"assignment {_kind_name(kind)} decision"):
         validate_assignment_decision(decision)
@@ -258,39 +254,29 @@ async def _record(
         raise Fenced(
             "assignment decision leader proof is not the canonical proof it is recorded under"
         )
-    what = f"assignment {_kind_name(kind)} decision for target version {decision.target_version}"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)  # cooperative yield between attempts
-            head = await proof_head(authority, proof, what)
-            check_decision_floor(head.record, decision.target_version)
-            audited = await audit_assignment_decisions(authority, head.record)
-            settled = _settled(decision, kind, audited)
-            if settled is not None:
-                return settled
-            check_advances(audited, decision.target_version)
-            if isinstance(decision, AssignmentRecoveryDecision):
-                assert snapshots is not None  # the recovery entry point always passes them
-                _check_initial_state(head.record, decision)
-                await _check_recovery_snapshots(snapshots, decision)
-            outcome = await authority.append(head, decision_record(head.record, decision))
-            if isinstance(outcome, AppendCreated):
-                return DecisionCreated(decision)
-            if isinstance(outcome, AppendExistingIdentical):
-                return DecisionUnchanged(decision)
-            # Our record may be durable even so (§11.1): re-derive from the winner's chain.
-            winner = outcome.winner
-            settled = _settled(decision, kind, await audit_assignment_decisions(authority, winner))
-            if settled is not None:
-                return settled
-            if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
-                raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(
-                winner, head.record.lease.seq, f"assignment {_kind_name(kind)} decision"
-            )
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+    target = decision.target_version
+    created: _Result[D] = DecisionCreated(decision)
+    identical: _Result[D] = DecisionUnchanged(decision)
+
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: RequireTerm
+    ) -> Decision[_Result[D]]:
+        # Also on a lost race: our record may be durable behind the winner (§11.1).
+        audited = await audit_assignment_decisions(authority, head)
+        settled = _settled(decision, kind, audited)
+        if settled is not None:
+            return Answer(settled)
+        require_term()  # S5: admitted only right after a record of the proof's exact term
+        check_decision_floor(head, target)
+        check_advances(audited, target)
+        if isinstance(decision, AssignmentRecoveryDecision):
+            assert snapshots is not None  # the recovery entry point always passes them
+            _check_initial_state(head, decision)
+            await _check_recovery_snapshots(snapshots, decision)
+        return Append(decision_record(head, decision), created, identical)
+
+    what = f"assignment {_kind_name(kind)} decision for target version {target}"
+    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
 
 
 def _kind_name(kind: type[AuthorityAssignmentDecision]) -> str:

@@ -14,8 +14,9 @@ record carries the ref, renewals and takeovers included, so the seal survives th
 
 Errors: a non-canonical proof, no head, or a proof that is not the current term is Fenced; an
 invalid manifest InvalidArgument; a missing, foreign or corrupt blob CorruptRecord naming it
-(the spec's `Invalid`/`Json`); store failures StoreUnavailable. The spec's unbounded loop is
-bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX and the caller's absolute monotonic `deadline`.
+(the spec's `Invalid`/`Json`); store failures StoreUnavailable. The seal is admitted by
+`admission.admit`: bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's
+absolute monotonic `deadline`.
 """
 
 from __future__ import annotations
@@ -24,14 +25,20 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.authority.recovery_faults import next_sequence
+from laminar_cluster.authority.admission import (
+    Answer,
+    Append,
+    Decision,
+    RequireTerm,
+    admit,
+    require_canonical_proof,
+    successor,
+)
 from laminar_cluster.checkpoint.reader import read_content_addressed
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import decode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
-    Fenced,
     LaminarError,
     ObjectAlreadyExists,
     PreconditionFailed,
@@ -40,21 +47,16 @@ from laminar_cluster.errors import (
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
-from laminar_cluster.fencing import LeaderProof, proof_is_canonical
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import (
-    AUTHORITY_MUTATION_ATTEMPTS_MAX,
-    MAX_CATALOG_MANIFEST_BYTES,
-)
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
+from laminar_cluster.lease.limits import MAX_CATALOG_MANIFEST_BYTES
 from laminar_cluster.lease.paths import catalog_manifest_path
-from laminar_cluster.lease.records import CatalogManifest, CatalogManifestRef, LeaderLease
-from laminar_cluster.lease.validate import (
-    lease_matches_proof,
-    validate_catalog_manifest,
-    validate_catalog_ref,
+from laminar_cluster.lease.records import (
+    CatalogManifest,
+    CatalogManifestRef,
+    LeaderAuthorityRecord,
 )
+from laminar_cluster.lease.validate import validate_catalog_manifest, validate_catalog_ref
 from laminar_cluster.store import CREATE
 
 _MANIFEST = "catalog manifest"
@@ -71,6 +73,7 @@ class SealExistingIdentical:
 
 
 CatalogSealOutcome = SealCreated | SealExistingIdentical
+SealDecision = Decision[SealCreated | SealExistingIdentical]
 
 
 def _reference(manifest: CatalogManifest, data: bytes) -> CatalogManifestRef:
@@ -139,61 +142,37 @@ async def seal_catalog(
     deadline: float,
 ) -> CatalogSealOutcome:
     """Seal `manifest` once for this namespace under the exact term `proof` (§4.7)."""
-    if not proof_is_canonical(proof):
-        raise Fenced("catalog seal: the leader proof is not canonical")
-    data, ref = encode_and_reference(manifest)
     what = "catalog seal"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        record = await authority.load_record()
-        if record is None:
-            raise Fenced(f"{what}: no leader authority head")
-        if record.lease.catalog_manifest is not None:  # S20: before the proof check
-            return await _already_sealed(authority, record.lease, manifest)
-        _require_term(record.lease, proof, what)
-        await _ensure_blob(authority, data, ref)
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced(f"{what}: no leader authority head")
-            current = head.record.lease
-            if current.catalog_manifest is not None:
-                return await _already_sealed(authority, current, manifest)
-            _require_term(current, proof, what)
-            # §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
-            lease = msgspec.structs.replace(
-                current, seq=next_sequence(head.record), catalog_manifest=ref
-            )
-            outcome = await authority.append(head, head.record.preserve_with_lease(lease))
-            if isinstance(outcome, AppendCreated):
-                return SealCreated()
-            if not isinstance(outcome, AppendContended):
-                return SealExistingIdentical()
-            winner = outcome.winner.lease  # §11.1: re-derive from the winner
-            if winner.catalog_manifest is not None:
-                return await _already_sealed(authority, winner, manifest)
-            _require_term(winner, proof, what)
-            require_advanced(outcome.winner, head.record.lease.seq, what)  # a renewal won
-        raise StoreUnavailable(
-            f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
+    require_canonical_proof(proof, what)
+    data, ref = encode_and_reference(manifest)
+    blob_ensured = False
+
+    async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> SealDecision:
+        nonlocal blob_ensured
+        sealed = head.lease.catalog_manifest
+        if sealed is not None:  # S20: before the proof check
+            return Answer(await _already_sealed(authority, sealed, manifest))
+        require_term()  # S5: a seal is admitted only right after a record of the proof's term
+        if not blob_ensured:
+            await _ensure_blob(authority, data, ref)
+            blob_ensured = True
+        # §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
+        record = successor(head)
+        lease = msgspec.structs.replace(record.lease, catalog_manifest=ref)
+        return Append(
+            msgspec.structs.replace(record, lease=lease),
+            created=SealCreated(),
+            identical=SealExistingIdentical(),
         )
 
-
-def _require_term(lease: LeaderLease, proof: LeaderProof, what: str) -> None:
-    # S5: a seal is admitted only right after a record of the proof's exact term.
-    if not lease_matches_proof(lease, proof):
-        raise Fenced(f"{what}: the proof no longer names the durable leader term")
+    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
 
 
 async def _already_sealed(
-    authority: LeaderLeaseStore, lease: LeaderLease, manifest: CatalogManifest
+    authority: LeaderLeaseStore, sealed: CatalogManifestRef, manifest: CatalogManifest
 ) -> SealExistingIdentical:
     """S20: sealed once, never changed: the same manifest is ExistingIdentical, another one is
     Refused. The sealed blob is revalidated first."""
-    sealed = lease.catalog_manifest
-    assert sealed is not None  # the caller's branch
     durable = await load_catalog_manifest(authority, sealed)
     if durable != manifest:
         raise Refused(

@@ -24,9 +24,9 @@ import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from laminar_cluster.authority.admission import Answer, Decision, RequireTerm, admit
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
-    not_converged,
     preflight_recovery_cut,
     same_outcome_state,
 )
@@ -45,9 +45,8 @@ from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     ClusterRecoveryCapsule,
 )
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import CorruptRecord, Fenced, InventoryChanged, Refused
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.records import AuthorityOutcomeFloor, LeaderAuthorityRecord
 
 if TYPE_CHECKING:
@@ -325,25 +324,23 @@ async def validated_cluster_outcome_inventory(
 ) -> ClusterOutcomeInventory:
     """§4.4.4: the audited inventory, after the recovery-cut preflight passed and both outcome
     heads and the floor stayed unchanged around it (Fenced without a head)."""
+
+    async def decide(
+        head: LeaderAuthorityRecord, _: RequireTerm
+    ) -> Decision[ClusterOutcomeInventory]:
+        snapshot = await cached_audit(authority, head)
+        if head.outcome_floor is not None:
+            await preflight_recovery_cut(
+                authority, head.outcome_floor, snapshot.outcomes, validate_artifacts
+            )
+        # The preflight read remotely: the answer holds only if no outcome or floor moved.
+        return Answer(
+            inventory_of(head, snapshot.outcomes),
+            still=lambda again: same_outcome_state(head, again),
+        )
+
     what = "validated cluster outcome inventory"
-    async with within_deadline(authority.clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)
-            current = await authority.load_record()
-            if current is None:
-                raise Fenced(f"{what}: no durable leader authority head")
-            snapshot = await cached_audit(authority, current)
-            if current.outcome_floor is not None:
-                await preflight_recovery_cut(
-                    authority, current.outcome_floor, snapshot.outcomes, validate_artifacts
-                )
-            rechecked = await authority.load_record()
-            if rechecked is None:
-                raise Fenced(f"{what}: no durable leader authority head")
-            if same_outcome_state(current, rechecked):
-                return inventory_of(current, snapshot.outcomes)
-    raise not_converged(what)
+    return await admit(authority, proof=None, decide=decide, what=what, deadline=deadline)
 
 
 async def maintain_cluster_recovery_capsules(authority: LeaderLeaseStore) -> RecoveryCapsuleGcStep:

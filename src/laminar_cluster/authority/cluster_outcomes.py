@@ -9,8 +9,9 @@ floor, and a Commit not fenced by the active assignment handoff pin's target (sp
 §2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
 history at 64 live links (§4.4.6). A lost race is re-derived from the winner: our outcome in its
 audited history settles the call; a foreign term is Fenced; a winner that did not advance the
-log is CorruptRecord; anything else is retried, at most AUTHORITY_MUTATION_ATTEMPTS_MAX times
-and until the caller's absolute monotonic `deadline`.
+log is CorruptRecord; anything else is retried by `admission.admit`, at most
+AUTHORITY_MUTATION_ATTEMPTS_MAX times (then Contended) and until the caller's absolute monotonic
+`deadline`.
 
 The reads (§4.4.2, §4.4.4, §4.4.9) are in `cluster_outcome_reads`, retention (§4.4.5-§4.4.8) in
 `cluster_outcome_floors`, the audit (§4.4.3) in `outcome_audit`; all are re-exported here.
@@ -25,15 +26,21 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from laminar_cluster.authority.admission import (
+    Answer,
+    Append,
+    Decision,
+    RequireTerm,
+    admit,
+    check_term,
+    published_head,
+    require_canonical_proof,
+    successor,
+)
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
-    compact_before_append,
-    not_converged,
+    compaction,
     prune_cluster_outcomes_before,
-    require_canonical_proof,
-    require_term,
-    settle_contention,
-    successor,
 )
 from laminar_cluster.authority.cluster_outcome_reads import (
     ClusterOutcomeInventory,
@@ -73,8 +80,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.records import LeaderAuthorityRecord, OutcomeLink
 
 if TYPE_CHECKING:
@@ -116,14 +122,15 @@ async def record_cluster_outcome(
     deadline: float,
 ) -> RecordOutcomeResult:
     """Admit the cluster outcome of one attempt under `proof` (§4.4.1)."""
-    require_canonical_proof(proof)
+    require_canonical_proof(proof, _RECORD)
     if not CheckpointAttempt(epoch=epoch, checkpoint_id=checkpoint_id).is_canonical():
         raise Refused(
             "cluster checkpoint outcomes require one nonzero canonical checkpoint ID: epoch "
             f"{epoch}, checkpoint {checkpoint_id}"
         )
     async with within_deadline(authority.clock, deadline, _RECORD):
-        require_term(await authority.load_record(), proof)
+        # §4.4.1 step 2: only the current term builds a candidate (S5).
+        check_term((await published_head(authority, _RECORD)).record.lease, proof, _RECORD)
         # A Commit's capsule is loaded and matched; the proof's node and boot must be in the
         # fence; the deployment identity is created if absent (spec §11.3).
         candidate = await authority.require_decisions().canonical_outcome(
@@ -135,57 +142,53 @@ async def record_cluster_outcome(
             leader_proof=proof,
             recovery_capsule=recovery_capsule,
         )
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)
-            result = await _record_attempt(authority, proof, candidate)
-            if result is not None:
-                return result
-    raise not_converged(_RECORD)
 
-
-async def _record_attempt(
-    authority: LeaderLeaseStore, proof: LeaderProof, candidate: CheckpointOutcome
-) -> RecordOutcomeResult | None:
-    """One pass of §4.4.1's loop: the result, or None to retry."""
-    published = await authority.load_published_head()
-    current = require_term(None if published is None else published.record, proof)  # S5
-    snapshot = await cached_audit(authority, current)
-    settled = _settled(snapshot, candidate)
-    if settled is not None:
-        return settled
-    _check_admissible(current, snapshot, candidate, authority.live_commit_links_max)
-    if candidate.is_commit():
-        # §2.9: derived from the head the append below is conditioned on, so a decision
-        # admitted in between makes the append contend and the pin is derived again.
-        _check_pinned(await handoff_pin_at(authority, current, snapshot.outcomes), candidate)
-    if await compact_before_append(authority, proof, current, snapshot):
-        return None  # a floor was appended (or the head moved): re-derive from the new head
-    record = _outcome_record(current, candidate)
-    outcome = await authority.append(published, record)
-    if isinstance(outcome, AppendContended):
-        # Our record may be durable below the winner (spec §11.1): look for it there first.
-        settled = _settled(await cached_audit(authority, outcome.winner), candidate)
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: RequireTerm
+    ) -> Decision[RecordOutcomeResult]:
+        # Also on a lost race: our record may be durable below the winner (spec §11.1).
+        snapshot = await cached_audit(authority, head)
+        settled = _settled(snapshot, candidate)
         if settled is not None:
-            return settled
-        settle_contention(outcome.winner, proof, current.lease.seq, _RECORD)
-        return None
-    if not isinstance(outcome, AppendCreated):
-        return Unchanged(candidate)  # an ambiguous create that applied is never `Created`
+            return Answer(settled)
+        require_term()  # S5
+        _check_admissible(head, snapshot, candidate, authority.live_commit_links_max)
+        if candidate.is_commit():
+            # §2.9: derived from the head the append is conditioned on, so a decision admitted
+            # in between makes the append contend and the pin is derived again.
+            _check_pinned(await handoff_pin_at(authority, head, snapshot.outcomes), candidate)
+        compact = await compaction(authority, head, snapshot)
+        if compact is not None:
+            return compact  # then decided again on the head that carries the new floor
+        return _outcome_append(authority, head, snapshot, candidate)
+
+    return await admit(authority, proof=proof, decide=decide, what=_RECORD, deadline=deadline)
+
+
+def _outcome_append(
+    authority: LeaderLeaseStore,
+    current: LeaderAuthorityRecord,
+    snapshot: OutcomeSnapshot,
+    candidate: CheckpointOutcome,
+) -> Append[RecordOutcomeResult]:
+    """The admitting record; once durable, its audit is the old one extended by `candidate`.
+    An ambiguous create that applied is Unchanged, never `Created`."""
+    record = _outcome_record(current, candidate)
     link = record.outcome_head
     assert link is not None  # set by _outcome_record
-    audit_cache(authority).install(
-        audit_key(record),
-        record.lease.seq,
-        OutcomeSnapshot(
-            outcomes=(*snapshot.outcomes, candidate),
-            terminal_links=(*snapshot.terminal_links, link),
-            commit_links=(*snapshot.commit_links, link)
-            if candidate.is_commit()
-            else snapshot.commit_links,
-        ),
+    extended = OutcomeSnapshot(
+        outcomes=(*snapshot.outcomes, candidate),
+        terminal_links=(*snapshot.terminal_links, link),
+        commit_links=(*snapshot.commit_links, link)
+        if candidate.is_commit()
+        else snapshot.commit_links,
     )
-    return Created(candidate)
+    return Append(
+        record,
+        Created(candidate),
+        Unchanged(candidate),
+        lambda: audit_cache(authority).install(audit_key(record), record.lease.seq, extended),
+    )
 
 
 def _settled(snapshot: OutcomeSnapshot, candidate: CheckpointOutcome) -> RecordOutcomeResult | None:
@@ -244,12 +247,11 @@ def _outcome_record(
     current: LeaderAuthorityRecord, candidate: CheckpointOutcome
 ) -> LeaderAuthorityRecord:
     """§4.4.1 step 8: the admitting record after `current`, linked into both chains."""
-    record = successor(current)
     link = OutcomeLink(
-        sequence=record.lease.seq, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
+        sequence=current.lease.seq + 1, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
     )
-    record = msgspec.structs.replace(
-        record,
+    record = successor(
+        current,
         checkpoint_outcome=candidate,
         previous_outcome=current.outcome_head,
         outcome_head=link,

@@ -11,9 +11,9 @@ sequence that admitted its current request: globally monotone and never reused, 
 tombstone is compacted (S17). Inactive slots are tombstones left by a release, so a retry of the
 cleared request answers `AlreadyCleared` instead of being re-admitted.
 
-The spec's unbounded retry loop is bounded here by AUTHORITY_MUTATION_ATTEMPTS_MAX and by the
-caller's absolute monotonic `deadline` (DeadlineExceeded). This module also holds the two small
-helpers the other decision modules share (`next_sequence`).
+A fault is admitted by `admission.admit` without a proof: bounded by
+AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic `deadline`
+(DeadlineExceeded).
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import (
-    Fenced,
-    InvalidArgument,
-    StoreUnavailable,
+from laminar_cluster.authority.admission import (
+    Answer,
+    Append,
+    Decision,
+    RequireTerm,
+    admit,
+    successor,
 )
+from laminar_cluster.checkpoint.limits import U64_MAX
+from laminar_cluster.codec.shape import writing
+from laminar_cluster.errors import Fenced, InvalidArgument
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendContended
 from laminar_cluster.lease.records import (
     AuthorityRecoveryFaultSlot,
     LeaderAuthorityRecord,
@@ -122,26 +122,19 @@ async def record_recovery_fault(
         raise InvalidArgument(
             f"recovery fault request sequence must be nonzero, not {request_sequence!r}"
         )
-    what = "recovery fault"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)  # cooperative yield: someone else's append won
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced("recovery fault needs an existing leader authority head")
-            settled = _settled_without_write(head.record, publisher, request_sequence)
-            if settled is not None:
-                return settled
-            candidate = _fault_candidate(head.record, publisher, request_sequence)
-            outcome = await authority.append(head, candidate)
-            if not isinstance(outcome, AppendContended):
-                return Active()
-            # Our record may be durable behind the winner (§11.1): the retry re-reads the head
-            # and finds the exact request in its slot.
-            require_advanced(outcome.winner, head.record.lease.seq, what)
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+
+    async def decide(
+        head: LeaderAuthorityRecord, _: RequireTerm
+    ) -> Decision[RecordRecoveryFaultResult]:
+        settled = _settled_without_write(head, publisher, request_sequence)
+        if settled is not None:
+            return Answer(settled)
+        # A lost race re-derives from the winner, where our own request may already be (§11.1).
+        return Append(_fault_candidate(head, publisher, request_sequence), Active(), Active())
+
+    return await admit(
+        authority, proof=None, decide=decide, what="recovery fault", deadline=deadline
+    )
 
 
 def _settled_without_write(
@@ -173,9 +166,9 @@ def _fault_candidate(
 ) -> LeaderAuthorityRecord:
     """§4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
     with fault_sequence = revision = the new sequence."""
-    seq = next_sequence(head)
     # §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
-    lease = msgspec.structs.replace(head.lease, seq=seq)
+    record = successor(head)
+    seq = record.lease.seq
     # S17: the fault sequence is the admitting sequence, so it is never reused.
     slot = AuthorityRecoveryFaultSlot(
         publisher=publisher, request_sequence=request_sequence, fault_sequence=seq, active=True
@@ -184,14 +177,5 @@ def _fault_candidate(
     slots = [s for s in head.recovery_fault_slots if s.publisher.participant.node_id != node]
     bisect.insort(slots, slot, key=lambda s: s.publisher.participant.node_id)
     return msgspec.structs.replace(
-        head.preserve_with_lease(lease),
-        recovery_fault_revision=seq,
-        recovery_fault_slots=tuple(slots),
+        record, recovery_fault_revision=seq, recovery_fault_slots=tuple(slots)
     )
-
-
-def next_sequence(head: LeaderAuthorityRecord) -> int:
-    """head.seq + 1, or InvalidArgument when the u64 sequence is exhausted."""
-    if head.lease.seq >= U64_MAX:
-        raise InvalidArgument("leader authority sequence exhausted")
-    return head.lease.seq + 1

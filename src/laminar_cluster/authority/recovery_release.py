@@ -13,8 +13,9 @@ invariants S5, S17, S18, S19; quirks §11.1, §11.13).
   `latest_recovery_release_terminal`: bounded re-checked reads (4 attempts).
 
 Terminal encoding, release ids, round validation, staging and loading live in
-`recovery_terminal` (re-exported here). The spec's unbounded mutator loop is bounded by
-AUTHORITY_MUTATION_ATTEMPTS_MAX and the caller's absolute monotonic `deadline`.
+`recovery_terminal` (re-exported here). The release commit is admitted by `admission.admit`:
+bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic
+`deadline`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,18 @@ from dataclasses import dataclass
 
 import msgspec
 
+from laminar_cluster.authority.admission import (
+    Answer,
+    Append,
+    Decision,
+    RequireTerm,
+    admit,
+    successor,
+)
 from laminar_cluster.authority.recovery_faults import (
     RecoveryFaultInventory,
     fault_inventory_of,
     fault_slot_of,
-    next_sequence,
 )
 from laminar_cluster.authority.recovery_terminal import (
     encode_terminal,
@@ -46,12 +54,8 @@ from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import CorruptRecord, Fenced, LaminarError, StoreUnavailable
 from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import (
-    AUTHORITY_MUTATION_ATTEMPTS_MAX,
-    MAX_LEASE_HEAD_READ_ATTEMPTS,
-)
-from laminar_cluster.lease.log import read_record_from, require_advanced
-from laminar_cluster.lease.outcomes import AppendContended
+from laminar_cluster.lease.limits import MAX_LEASE_HEAD_READ_ATTEMPTS
+from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AuthorityRecoveryReleaseCommit,
@@ -138,49 +142,29 @@ async def record_recovery_release_commit(
     """Admit the staged terminal `ref` under `proof` (§4.6.5). Raises Fenced when the proof is
     not the round's or not the current term's, or there is no authority head."""
     what = "recovery release commit"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
+    async with within_deadline(authority.clock, deadline, what):
         terminal = await load_recovery_release_terminal(authority, ref)  # validates the ref
-        # S5: only the exact term that froze the round may commit its release.
-        if terminal.round.leader_proof != proof or not proof_is_canonical(proof):
-            raise Fenced(f"{what}: the proof is not the recovery round's leader proof")
-        frozen = RecoveryFaultInventory(
-            revision=terminal.round.fault_revision, faults=terminal.round.faults
-        )
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced(f"{what}: no leader authority head")
-            # §11.13: the winner check precedes the proof check.
-            settled = await _settled_by_release_head(authority, head.record, ref)
-            if settled is not None:
-                return settled
-            _require_term(head.record, proof, what)
-            # S17: commit only for the exact fault set the round froze.
-            if fault_inventory_of(head.record) != frozen:
-                return FaultsChanged()
-            candidate = _release_candidate(head.record, terminal, proof, ref)
-            outcome = await authority.append(head, candidate)
-            if not isinstance(outcome, AppendContended):
-                return ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
-            # §11.1: our record may be durable behind the winner; re-derive from it.
-            winner = outcome.winner
-            settled = await _settled_by_release_head(authority, winner, ref)
-            if settled is not None:
-                return settled
-            _require_term(winner, proof, what)
-            require_advanced(winner, head.record.lease.seq, what)
-        raise StoreUnavailable(
-            f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
-        )
+    # S5: only the exact term that froze the round may commit its release.
+    if terminal.round.leader_proof != proof or not proof_is_canonical(proof):
+        raise Fenced(f"{what}: the proof is not the recovery round's leader proof")
+    frozen = RecoveryFaultInventory(
+        revision=terminal.round.fault_revision, faults=terminal.round.faults
+    )
 
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: RequireTerm
+    ) -> Decision[RecordRecoveryReleaseCommitResult]:
+        # §11.13: the winner check precedes the proof check.
+        settled = await _settled_by_release_head(authority, head, ref)
+        if settled is not None:
+            return Answer(settled)
+        require_term()  # S5: admitted only right after a record of the proof's exact term
+        if fault_inventory_of(head) != frozen:  # S17: only the exact fault set it froze
+            return Answer(FaultsChanged())
+        created = ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
+        return Append(_release_candidate(head, terminal, proof, ref), created, created)
 
-def _require_term(record: LeaderAuthorityRecord, proof: LeaderProof, what: str) -> None:
-    # S5: a release is admitted only right after a record of the proof's exact term.
-    if not lease_matches_proof(record.lease, proof):
-        raise Fenced(f"{what}: the proof no longer names the durable leader term")
+    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
 
 
 async def _settled_by_release_head(
@@ -208,8 +192,8 @@ def _release_candidate(
 ) -> LeaderAuthorityRecord:
     """§4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
     (same node and boot) become tombstones, every other slot is dropped."""
-    seq = next_sequence(head)
-    lease = msgspec.structs.replace(head.lease, seq=seq)  # §3.3: liveness identity unchanged
+    record = successor(head)  # §3.3: liveness identity unchanged
+    seq = record.lease.seq
     round_ = terminal.round
     tombstones = tuple(
         msgspec.structs.replace(slot, active=False)
@@ -219,7 +203,7 @@ def _release_candidate(
         == slot.publisher.participant.boot_incarnation
     )
     return msgspec.structs.replace(
-        head.preserve_with_lease(lease),
+        record,
         recovery_fault_revision=seq,  # S17: the release changed the slot set at seq
         recovery_fault_slots=tombstones,
         recovery_release_commit=AuthorityRecoveryReleaseCommit(terminal=ref, leader_proof=proof),

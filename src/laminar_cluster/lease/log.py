@@ -369,7 +369,7 @@ async def append(
                 f"{key}: authority record {seq} write failed ({error}) and no record was durable"
             ) from error
         if durable != candidate:
-            return AppendContended(winner=await _winner(store, clock))
+            return _contended(await _winner(store, clock))
         created = False  # ambiguous success: reported as ExistingIdentical, never Created
     mode: PutMode = CREATE
     if expected_pointer is not None:
@@ -378,7 +378,7 @@ async def append(
     if published > seq:
         if created:
             schedule_prune(on_appended)
-        return AppendContended(winner=await _winner(store, clock))
+        return _contended(await _winner(store, clock))
     schedule_prune(on_appended)
     head = None if pointer is None else PublishedHead(record=candidate, pointer=pointer)
     if created:
@@ -401,9 +401,9 @@ def _expected_pointer(
     if head_seq == seq:
         if expected_head.record == candidate:
             return AppendExistingIdentical()
-        return AppendContended(winner=expected_head.record)
+        return _contended(expected_head)
     if head_seq > seq:
-        return AppendContended(winner=expected_head.record)
+        return _contended(expected_head)
     if head_seq + 1 != seq:
         raise InvalidArgument(
             f"cannot append authority sequence {seq} after published sequence {head_seq}"
@@ -411,13 +411,17 @@ def _expected_pointer(
     return expected_head.pointer
 
 
-async def _winner(store: ObjectStore, clock: Clock) -> LeaderAuthorityRecord:
+async def _winner(store: ObjectStore, clock: Clock) -> PublishedHead:
     head = await load_published_head(store, clock)
     if head is None:
         raise StoreUnavailable(
             f"{HEAD_PATH}: authority contender was not published or readable (no head)"
         )
-    return head.record
+    return head
+
+
+def _contended(winner: PublishedHead) -> AppendContended:
+    return AppendContended(winner=winner.record, head=winner)
 
 
 def require_advanced(winner: LeaderAuthorityRecord, base_seq: int, what: str) -> None:
