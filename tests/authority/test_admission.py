@@ -81,6 +81,17 @@ async def leader(store: ObjectStore) -> tuple[LeaderLeaseStore, LeaderProof]:
     return auth, acquired(await begin(auth)).proof()
 
 
+async def faulty_leader(
+    inner: ObjectStore, kind: FaultKind
+) -> tuple[LeaderLeaseStore, LeaderProof, FaultyStore]:
+    """A leader elected on `inner`, then reading and writing through a FaultyStore whose next
+    create of record 2 fails with `kind`."""
+    auth, proof = await leader(inner)
+    faulty = FaultyStore(inner, clock=auth.clock, seed=3, config=FaultConfig())
+    faulty.fail_next(kind, op="put", key_prefix=record_path(2))
+    return LeaderLeaseStore(faulty, clock=auth.clock, ttl_s=auth.ttl_s), proof, faulty
+
+
 async def run(auth: LeaderLeaseStore, proof: LeaderProof | None, decide: Decide[str]) -> str:
     return await admit(
         auth, proof=proof, decide=decide, what="test admission", deadline=far_deadline(auth.clock)
@@ -212,10 +223,7 @@ def test_admit_stops_at_the_callers_deadline() -> None:
 def test_admit_reports_an_ambiguous_create_that_landed_as_identical(kind: FaultKind) -> None:
     async def main() -> None:
         inner = open_store("memory://")
-        auth, proof = await leader(inner)
-        faulty = FaultyStore(inner, clock=auth.clock, seed=3, config=FaultConfig())
-        auth = LeaderLeaseStore(faulty, clock=auth.clock, ttl_s=auth.ttl_s)
-        faulty.fail_next(kind, op="put", key_prefix=record_path(2))
+        auth, proof, faulty = await faulty_leader(inner, kind)
         assert await run(auth, proof, Script()) == "identical"  # never "created"
         assert faulty.stats.injected[kind] == 1
         assert await record_seqs(inner) == [1, 2]
@@ -226,10 +234,7 @@ def test_admit_reports_an_ambiguous_create_that_landed_as_identical(kind: FaultK
 def test_admit_passes_a_failed_create_through_and_a_retry_admits() -> None:
     async def main() -> None:
         inner = open_store("memory://")
-        auth, proof = await leader(inner)
-        faulty = FaultyStore(inner, clock=auth.clock, seed=3, config=FaultConfig())
-        auth = LeaderLeaseStore(faulty, clock=auth.clock, ttl_s=auth.ttl_s)
-        faulty.fail_next(FaultKind.BEFORE, op="put", key_prefix=record_path(2))
+        auth, proof, _ = await faulty_leader(inner, FaultKind.BEFORE)
         with pytest.raises(StoreUnavailable, match="no record was durable"):
             await run(auth, proof, Script())
         assert await record_seqs(inner) == [1]

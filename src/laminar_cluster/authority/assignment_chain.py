@@ -24,15 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-from laminar_cluster.authority.admission import (
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    require_canonical_proof,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged, Refused
@@ -171,19 +163,23 @@ async def prune_assignment_drain_decisions_before(
         floor = None if head_record is None else head_record.assignment_decision_floor
         return 0 if floor is None else floor.before_target_version
     what = "assignment decision floor"
-    require_canonical_proof(proof, what)
+    admission.require_canonical_proof(proof, what)
 
-    async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> Decision[int]:
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[int]:
         # A floor at or past `before` settles the call, also when it is a winner's (§4.5.6).
         reached = head.assignment_decision_floor
         if reached is not None and reached.before_target_version >= before:
             authority.schedule_prune()  # floors only move forward: a history prune instead
-            return Answer(reached.before_target_version)
+            return admission.Answer(reached.before_target_version)
         require_term()  # S5: admitted only right after a record of the proof's exact term
         audited = await audit_assignment_decisions(authority, head)
-        return Append(_floor_record(head, audited, before), before, before)
+        return admission.Append(_floor_record(head, audited, before), before, before)
 
-    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 def _floor_record(
@@ -204,7 +200,7 @@ def _floor_record(
     )
     with writing("assignment decision floor"):
         validate_assignment_floor(floor)  # validated before it is written (and again on encode)
-    return successor(head_record, assignment_decision_floor=floor)
+    return admission.successor(head_record, assignment_decision_floor=floor)
 
 
 def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int) -> None:
@@ -239,7 +235,7 @@ def decision_record(
 ) -> LeaderAuthorityRecord:
     """The decision append after `head_record` admitting `decision`, linked after the old chain
     head (§4.5.1 step 7)."""
-    return successor(
+    return admission.successor(
         head_record,
         assignment_decision=decision,
         previous_assignment_decision=head_record.assignment_decision_head,

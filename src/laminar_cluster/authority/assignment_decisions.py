@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
-from laminar_cluster.authority.admission import Answer, Append, Decision, RequireTerm, admit
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.assignment_chain import (
     AuditedDecision,
     audit_assignment_decisions,
@@ -259,13 +259,13 @@ async def _record(
     identical: _Result[D] = DecisionUnchanged(decision)
 
     async def decide(
-        head: LeaderAuthorityRecord, require_term: RequireTerm
-    ) -> Decision[_Result[D]]:
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[_Result[D]]:
         # Also on a lost race: our record may be durable behind the winner (§11.1).
         audited = await audit_assignment_decisions(authority, head)
         settled = _settled(decision, kind, audited)
         if settled is not None:
-            return Answer(settled)
+            return admission.Answer(settled)
         require_term()  # S5: admitted only right after a record of the proof's exact term
         check_decision_floor(head, target)
         check_advances(audited, target)
@@ -273,10 +273,12 @@ async def _record(
             assert snapshots is not None  # the recovery entry point always passes them
             _check_initial_state(head, decision)
             await _check_recovery_snapshots(snapshots, decision)
-        return Append(decision_record(head, decision), created, identical)
+        return admission.Append(decision_record(head, decision), created, identical)
 
     what = f"assignment {_kind_name(kind)} decision for target version {target}"
-    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 def _kind_name(kind: type[AuthorityAssignmentDecision]) -> str:

@@ -25,15 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.authority.admission import (
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    require_canonical_proof,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.codec import decode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import reading, writing
@@ -73,7 +65,7 @@ class SealExistingIdentical:
 
 
 CatalogSealOutcome = SealCreated | SealExistingIdentical
-SealDecision = Decision[SealCreated | SealExistingIdentical]
+SealDecision = admission.Decision[SealCreated | SealExistingIdentical]
 
 
 def _reference(manifest: CatalogManifest, data: bytes) -> CatalogManifestRef:
@@ -143,29 +135,33 @@ async def seal_catalog(
 ) -> CatalogSealOutcome:
     """Seal `manifest` once for this namespace under the exact term `proof` (§4.7)."""
     what = "catalog seal"
-    require_canonical_proof(proof, what)
+    admission.require_canonical_proof(proof, what)
     data, ref = encode_and_reference(manifest)
     blob_ensured = False
 
-    async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> SealDecision:
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> SealDecision:
         nonlocal blob_ensured
         sealed = head.lease.catalog_manifest
         if sealed is not None:  # S20: before the proof check
-            return Answer(await _already_sealed(authority, sealed, manifest))
+            return admission.Answer(await _already_sealed(authority, sealed, manifest))
         require_term()  # S5: a seal is admitted only right after a record of the proof's term
         if not blob_ensured:
             await _ensure_blob(authority, data, ref)
             blob_ensured = True
         # §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
-        record = successor(head)
+        record = admission.successor(head)
         lease = msgspec.structs.replace(record.lease, catalog_manifest=ref)
-        return Append(
+        return admission.Append(
             msgspec.structs.replace(record, lease=lease),
             created=SealCreated(),
             identical=SealExistingIdentical(),
         )
 
-    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 async def _already_sealed(

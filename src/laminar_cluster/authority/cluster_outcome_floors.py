@@ -24,16 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from laminar_cluster.authority.admission import (
-    AGAIN,
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    require_canonical_proof,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.handoff_pins import handoff_pin_at
 from laminar_cluster.authority.outcome_audit import (
     AuditKey,
@@ -190,7 +181,7 @@ async def preflight_recovery_cut(
 
 async def compaction(
     authority: LeaderLeaseStore, current: LeaderAuthorityRecord, snapshot: OutcomeSnapshot
-) -> Append[Any] | None:
+) -> admission.Append[Any] | None:
     """§4.4.6: the compaction floor record to append before an outcome at 64 live terminal
     links (keeping the newest 16), else None. Once it lands the outcome is decided again on the
     new head (AGAIN). S22: the terminal chain stays short; S14: the artifact floor never moves
@@ -206,8 +197,10 @@ async def compaction(
         artifact_before=0 if existing is None else existing.artifact_before_epoch,
         authority_before=links[len(links) - OUTCOME_HISTORY_RETAINED_LINKS].epoch,
     )
-    candidate = successor(current, outcome_floor=floor)
-    return Append(candidate, AGAIN, AGAIN, _install(authority, candidate, floor, snapshot))
+    candidate = admission.successor(current, outcome_floor=floor)
+    return admission.Append(
+        candidate, admission.AGAIN, admission.AGAIN, _install(authority, candidate, floor, snapshot)
+    )
 
 
 def _install(
@@ -236,16 +229,18 @@ async def prune_cluster_outcomes_before(
         head = await authority.load_record()
         floor = None if head is None else head.outcome_floor
         return 0 if floor is None else floor.artifact_before_epoch
-    require_canonical_proof(proof, _PRUNE)
+    admission.require_canonical_proof(proof, _PRUNE)
     # The floor built and preflighted for one outcome state (audit key): a renewal or a seal
     # that wins the next sequence during the preflight is harmless and needs no second one.
     prepared: dict[AuditKey, AuthorityOutcomeFloor] = {}
 
-    async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> Decision[int]:
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[int]:
         existing = head.outcome_floor
         if existing is not None and existing.artifact_before_epoch >= before_epoch:
             authority.schedule_prune()  # covered: no preflight is repeated
-            return Answer(existing.artifact_before_epoch)
+            return admission.Answer(existing.artifact_before_epoch)
         require_term()  # S5: admitted only right after a record of the proof's exact term
         snapshot = await cached_audit(authority, head)
         key = audit_key(head)
@@ -265,13 +260,18 @@ async def prune_cluster_outcomes_before(
                 f"pin of assignment version {pin.target.assignment_version} holds checkpoint "
                 f"epoch {pin.checkpoint.epoch}"
             )
-        candidate = successor(head, outcome_floor=floor)
+        candidate = admission.successor(head, outcome_floor=floor)
         # An identical floor record already durable: the next head answers as covered.
-        return Append(
-            candidate, before_epoch, AGAIN, _install(authority, candidate, floor, snapshot)
+        return admission.Append(
+            candidate,
+            before_epoch,
+            admission.AGAIN,
+            _install(authority, candidate, floor, snapshot),
         )
 
-    return await admit(authority, proof=proof, decide=decide, what=_PRUNE, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=_PRUNE, deadline=deadline
+    )
 
 
 async def _prepared_floor(

@@ -24,7 +24,7 @@ import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from laminar_cluster.authority.admission import Answer, Decision, RequireTerm, admit
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
     preflight_recovery_cut,
@@ -326,21 +326,21 @@ async def validated_cluster_outcome_inventory(
     heads and the floor stayed unchanged around it (Fenced without a head)."""
 
     async def decide(
-        head: LeaderAuthorityRecord, _: RequireTerm
-    ) -> Decision[ClusterOutcomeInventory]:
+        head: LeaderAuthorityRecord, _: admission.RequireTerm
+    ) -> admission.Decision[ClusterOutcomeInventory]:
         snapshot = await cached_audit(authority, head)
         if head.outcome_floor is not None:
             await preflight_recovery_cut(
                 authority, head.outcome_floor, snapshot.outcomes, validate_artifacts
             )
         # The preflight read remotely: the answer holds only if no outcome or floor moved.
-        return Answer(
+        return admission.Answer(
             inventory_of(head, snapshot.outcomes),
             still=lambda again: same_outcome_state(head, again),
         )
 
     what = "validated cluster outcome inventory"
-    return await admit(authority, proof=None, decide=decide, what=what, deadline=deadline)
+    return await admission.admit(authority, proof=None, decide=decide, what=what, deadline=deadline)
 
 
 async def maintain_cluster_recovery_capsules(authority: LeaderLeaseStore) -> RecoveryCapsuleGcStep:

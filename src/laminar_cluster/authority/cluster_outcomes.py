@@ -26,17 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from laminar_cluster.authority.admission import (
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    check_term,
-    published_head,
-    require_canonical_proof,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
     compaction,
@@ -122,7 +112,7 @@ async def record_cluster_outcome(
     deadline: float,
 ) -> RecordOutcomeResult:
     """Admit the cluster outcome of one attempt under `proof` (§4.4.1)."""
-    require_canonical_proof(proof, _RECORD)
+    admission.require_canonical_proof(proof, _RECORD)
     if not CheckpointAttempt(epoch=epoch, checkpoint_id=checkpoint_id).is_canonical():
         raise Refused(
             "cluster checkpoint outcomes require one nonzero canonical checkpoint ID: epoch "
@@ -130,7 +120,9 @@ async def record_cluster_outcome(
         )
     async with within_deadline(authority.clock, deadline, _RECORD):
         # §4.4.1 step 2: only the current term builds a candidate (S5).
-        check_term((await published_head(authority, _RECORD)).record.lease, proof, _RECORD)
+        admission.check_term(
+            (await admission.published_head(authority, _RECORD)).record.lease, proof, _RECORD
+        )
         # A Commit's capsule is loaded and matched; the proof's node and boot must be in the
         # fence; the deployment identity is created if absent (spec §11.3).
         candidate = await authority.require_decisions().canonical_outcome(
@@ -144,13 +136,13 @@ async def record_cluster_outcome(
         )
 
     async def decide(
-        head: LeaderAuthorityRecord, require_term: RequireTerm
-    ) -> Decision[RecordOutcomeResult]:
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[RecordOutcomeResult]:
         # Also on a lost race: our record may be durable below the winner (spec §11.1).
         snapshot = await cached_audit(authority, head)
         settled = _settled(snapshot, candidate)
         if settled is not None:
-            return Answer(settled)
+            return admission.Answer(settled)
         require_term()  # S5
         _check_admissible(head, snapshot, candidate, authority.live_commit_links_max)
         if candidate.is_commit():
@@ -162,7 +154,9 @@ async def record_cluster_outcome(
             return compact  # then decided again on the head that carries the new floor
         return _outcome_append(authority, head, snapshot, candidate)
 
-    return await admit(authority, proof=proof, decide=decide, what=_RECORD, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=_RECORD, deadline=deadline
+    )
 
 
 def _outcome_append(
@@ -170,7 +164,7 @@ def _outcome_append(
     current: LeaderAuthorityRecord,
     snapshot: OutcomeSnapshot,
     candidate: CheckpointOutcome,
-) -> Append[RecordOutcomeResult]:
+) -> admission.Append[RecordOutcomeResult]:
     """The admitting record; once durable, its audit is the old one extended by `candidate`.
     An ambiguous create that applied is Unchanged, never `Created`."""
     record = _outcome_record(current, candidate)
@@ -183,7 +177,7 @@ def _outcome_append(
         if candidate.is_commit()
         else snapshot.commit_links,
     )
-    return Append(
+    return admission.Append(
         record,
         Created(candidate),
         Unchanged(candidate),
@@ -250,7 +244,7 @@ def _outcome_record(
     link = OutcomeLink(
         sequence=current.lease.seq + 1, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
     )
-    record = successor(
+    record = admission.successor(
         current,
         checkpoint_outcome=candidate,
         previous_outcome=current.outcome_head,

@@ -23,14 +23,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.authority.admission import (
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import Fenced, InvalidArgument
@@ -124,15 +117,17 @@ async def record_recovery_fault(
         )
 
     async def decide(
-        head: LeaderAuthorityRecord, _: RequireTerm
-    ) -> Decision[RecordRecoveryFaultResult]:
+        head: LeaderAuthorityRecord, _: admission.RequireTerm
+    ) -> admission.Decision[RecordRecoveryFaultResult]:
         settled = _settled_without_write(head, publisher, request_sequence)
         if settled is not None:
-            return Answer(settled)
+            return admission.Answer(settled)
         # A lost race re-derives from the winner, where our own request may already be (§11.1).
-        return Append(_fault_candidate(head, publisher, request_sequence), Active(), Active())
+        return admission.Append(
+            _fault_candidate(head, publisher, request_sequence), Active(), Active()
+        )
 
-    return await admit(
+    return await admission.admit(
         authority, proof=None, decide=decide, what="recovery fault", deadline=deadline
     )
 
@@ -167,7 +162,7 @@ def _fault_candidate(
     """§4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
     with fault_sequence = revision = the new sequence."""
     # §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
-    record = successor(head)
+    record = admission.successor(head)
     seq = record.lease.seq
     # S17: the fault sequence is the admitting sequence, so it is never reused.
     slot = AuthorityRecoveryFaultSlot(

@@ -24,14 +24,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.authority.admission import (
-    Answer,
-    Append,
-    Decision,
-    RequireTerm,
-    admit,
-    successor,
-)
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.recovery_faults import (
     RecoveryFaultInventory,
     fault_inventory_of,
@@ -152,19 +145,21 @@ async def record_recovery_release_commit(
     )
 
     async def decide(
-        head: LeaderAuthorityRecord, require_term: RequireTerm
-    ) -> Decision[RecordRecoveryReleaseCommitResult]:
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[RecordRecoveryReleaseCommitResult]:
         # §11.13: the winner check precedes the proof check.
         settled = await _settled_by_release_head(authority, head, ref)
         if settled is not None:
-            return Answer(settled)
+            return admission.Answer(settled)
         require_term()  # S5: admitted only right after a record of the proof's exact term
         if fault_inventory_of(head) != frozen:  # S17: only the exact fault set it froze
-            return Answer(FaultsChanged())
+            return admission.Answer(FaultsChanged())
         created = ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
-        return Append(_release_candidate(head, terminal, proof, ref), created, created)
+        return admission.Append(_release_candidate(head, terminal, proof, ref), created, created)
 
-    return await admit(authority, proof=proof, decide=decide, what=what, deadline=deadline)
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 async def _settled_by_release_head(
@@ -192,7 +187,7 @@ def _release_candidate(
 ) -> LeaderAuthorityRecord:
     """§4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
     (same node and boot) become tombstones, every other slot is dropped."""
-    record = successor(head)  # §3.3: liveness identity unchanged
+    record = admission.successor(head)  # §3.3: liveness identity unchanged
     seq = record.lease.seq
     round_ = terminal.round
     tombstones = tuple(
@@ -247,17 +242,17 @@ async def _terminal_from(
 ) -> RecoveryAnnouncement:
     """The terminal of `link`, fetched through its admission record (§4.6.7 step 2)."""
     key = record_path(link.sequence)
-    admission = await read_record_from(authority.store, head, link.sequence)
-    if admission is None:
+    admitting = await read_record_from(authority.store, head, link.sequence)
+    if admitting is None:
         raise CorruptRecord(
             f"{key}: recovery release admission is missing from retained authority history",
             key=key,
         )
-    commit = admission.recovery_release_commit
+    commit = admitting.recovery_release_commit
     if (
         commit is None
         or commit.terminal != link.terminal
-        or admission.recovery_release_head != link
+        or admitting.recovery_release_head != link
     ):
         raise CorruptRecord(
             f"{key}: recovery release head does not match its admitting authority record", key=key
