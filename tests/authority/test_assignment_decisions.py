@@ -51,7 +51,7 @@ from tests.authority.assignment_support import (
 from tests.lease.pausing_store import B, PausingStore, acquired, begin
 
 
-def test_64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         auth, proof = await leader(paused)
@@ -77,7 +77,7 @@ def test_64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) ->
 
 
 @LOCAL
-def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent, old_proof = await leader(make_store())
         rival, proof = await successor(make_store(), incumbent)
@@ -104,7 +104,9 @@ def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_66_recovery_requires_exact_removed_fences(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t66_recovery_requires_exact_removed_fences(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         good = recovery(2, proof, removed=(2, 3))
@@ -168,7 +170,7 @@ def test_recovery_snapshot_errors_are_mapped(make_store: Callable[[], ObjectStor
 
 
 @LOCAL
-def test_67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         snaps = FakeSnapshots(current=(fence(2), False))
@@ -206,7 +208,7 @@ def test_67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         auth, proof = await leader(paused)
@@ -246,7 +248,7 @@ def test_68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_69_takeover_fences_delayed_recovery_decision(
+def test_la_t69_takeover_fences_delayed_recovery_decision(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -270,7 +272,7 @@ def test_69_takeover_fences_delayed_recovery_decision(
 
 
 @LOCAL
-def test_69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         decision = recovery(2, proof)
@@ -295,7 +297,7 @@ def test_69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectSt
 
 
 @LOCAL
-def test_s15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]) -> None:
+def test_la15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, first = await leader(make_store())
         second = acquired(await begin(auth)).proof()  # a new term of the same owner: token 2
@@ -313,7 +315,7 @@ def test_s15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_s15_versions_strictly_increase(make_store: Callable[[], ObjectStore]) -> None:
+def test_la15_versions_strictly_increase(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         for version in (2, 5):  # gaps are allowed

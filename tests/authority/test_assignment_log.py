@@ -233,7 +233,7 @@ def test_audit_fails_closed_on_a_broken_chain(make_store: Callable[[], ObjectSto
 
 
 @LOCAL
-def test_live_link_budget_refuses(
+def test_la21_live_link_budget_refuses(
     make_store: Callable[[], ObjectStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """S22: the live chain never outgrows its audit bound, so the floor can always advance."""

@@ -70,7 +70,7 @@ async def rival_takes_over(
     return rival, acquired(await takeover(rival, observation))
 
 
-def test_82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         first = authority(store, 1)
@@ -98,7 +98,7 @@ def test_82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) 
 
 
 @LOCAL
-def test_83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -119,7 +119,7 @@ def test_83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> No
 
 
 @LOCAL
-def test_83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -141,7 +141,7 @@ def test_83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) ->
 
 
 @LOCAL
-def test_83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -162,7 +162,7 @@ def test_83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> No
 
 
 @LOCAL
-def test_84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -188,7 +188,7 @@ def test_84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_85_renewals_copy_only_ref(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t85_renewals_copy_only_ref(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)

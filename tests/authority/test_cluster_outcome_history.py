@@ -77,7 +77,7 @@ async def cached_snapshot(leader: LeaderLeaseStore) -> OutcomeSnapshot:
 
 
 @LOCAL
-def test_42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -108,7 +108,7 @@ def test_42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -
 
 
 @LOCAL
-def test_43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -133,7 +133,7 @@ def test_43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -
 
 
 @LOCAL
-def test_44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -157,7 +157,7 @@ def test_44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -191,7 +191,7 @@ def test_53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -213,7 +213,7 @@ def test_54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectSto
 
 
 @LOCAL
-def test_55_mixed_history_260(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t55_mixed_history_260(make_store: Callable[[], ObjectStore]) -> None:
     commits = {1, 2, 50, 100, 150, 190, 193, 200, 230, 260}
 
     async def main() -> None:
@@ -297,7 +297,7 @@ def _commit_record(seq: int, deployment_id: str) -> LeaderAuthorityRecord:
 
 
 @pytest.mark.parametrize("backend", ["memory"])
-def test_56_commit_capacity(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t56_commit_capacity(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)

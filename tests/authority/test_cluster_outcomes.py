@@ -72,7 +72,7 @@ async def raises(awaitable: Awaitable[object]) -> BaseException:
     raise AssertionError("expected an exception")
 
 
-def test_45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         proof = await elect(leader)
@@ -89,7 +89,7 @@ def test_45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         proof = await elect(leader)
@@ -107,7 +107,7 @@ def test_46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -130,7 +130,7 @@ def test_47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, rival = open_leader(store, 1), open_leader(store, 2)
@@ -153,7 +153,7 @@ def test_48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectSt
 
 @LOCAL
 @pytest.mark.parametrize("winner", ["renewal", "catalog_seal", "floor_advance"])
-def test_49_delayed_outcome_retries_after_same_term_append(
+def test_la_t49_delayed_outcome_retries_after_same_term_append(
     make_store: Callable[[], ObjectStore], winner: str
 ) -> None:
     async def main() -> None:
@@ -195,7 +195,7 @@ def test_49_delayed_outcome_retries_after_same_term_append(
     asyncio.run(main())
 
 
-def test_50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -212,7 +212,7 @@ def test_50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_51_ambiguous_outcome_compacted_before_reconcile(
+def test_la_t51_ambiguous_outcome_compacted_before_reconcile(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -240,7 +240,7 @@ def test_51_ambiguous_outcome_compacted_before_reconcile(
 
 
 @LOCAL
-def test_52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -279,7 +279,7 @@ def test_52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_57_settlement_exact_or_dominator(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t57_settlement_exact_or_dominator(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         assert await cluster_attempt_settlement(leader, CheckpointAttempt.canonical(1)) is None

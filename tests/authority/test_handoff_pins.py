@@ -246,7 +246,7 @@ def test_commit_pin_on_target_consumed_by_a_commit_under_it(
 
 
 @LOCAL
-def test_commit_under_another_fence_refused_while_pinned_then_accepted(
+def test_la19_commit_under_another_fence_refused_while_pinned_then_accepted(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -468,7 +468,7 @@ def test_la20_initial_state_refused_once_a_checkpoint_committed(
 
 
 @LOCAL
-def test_pinned_checkpoint_outlives_outcome_pruning(
+def test_la19_pinned_checkpoint_outlives_outcome_pruning(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:

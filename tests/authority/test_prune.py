@@ -56,7 +56,7 @@ from tests.lease.pausing_store import (
 
 
 @pytest.mark.parametrize("backend", ["memory", "file", "s3"])
-def test_86_grace_period(make_store: Callable[[], ObjectStore], backend: str) -> None:
+def test_la_t86_grace_period(make_store: Callable[[], ObjectStore], backend: str) -> None:
     async def main() -> None:
         store = stamped(make_store)
         leader = leader_of(store, ttl_s=0.001)  # grace = 2 ms
@@ -86,7 +86,7 @@ def test_86_grace_period(make_store: Callable[[], ObjectStore], backend: str) ->
 
 
 @LOCAL
-def test_87_prune_never_deletes_at_or_above_snapshot_head(
+def test_la_t87_prune_never_deletes_at_or_above_snapshot_head(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -114,7 +114,7 @@ def test_87_prune_never_deletes_at_or_above_snapshot_head(
 
 
 @pytest.mark.parametrize("backend", ["memory", "file", "s3"])
-def test_88_prune_lists_once_keeps_pointer_and_recent(
+def test_la_t88_prune_lists_once_keeps_pointer_and_recent(
     make_store: Callable[[], ObjectStore], backend: str
 ) -> None:
     async def main() -> None:
@@ -137,7 +137,7 @@ def test_88_prune_lists_once_keeps_pointer_and_recent(
 
 
 @LOCAL
-def test_89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
+def test_la_t89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -170,7 +170,7 @@ def test_89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
 
 
 @LOCAL
-def test_90_history_prune_keeps_live_chain_drops_compacted(
+def test_la_t90_history_prune_keeps_live_chain_drops_compacted(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -206,7 +206,7 @@ def test_90_history_prune_keeps_live_chain_drops_compacted(
 
 
 @LOCAL
-def test_42_rewritten_floor_anchor_link_prune_deletes_nothing(
+def test_la_t42_rewritten_floor_anchor_link_prune_deletes_nothing(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -239,7 +239,7 @@ def test_42_rewritten_floor_anchor_link_prune_deletes_nothing(
 
 
 @LOCAL
-def test_40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = stamped(make_store)
         leader = leader_of(store)
@@ -258,7 +258,7 @@ def test_40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore
 
 
 @LOCAL
-def test_68_prune_keeps_live_assignment_chain_drops_below_floor(
+def test_la_t68_prune_keeps_live_assignment_chain_drops_below_floor(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:

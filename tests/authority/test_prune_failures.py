@@ -95,7 +95,7 @@ def test_stray_release_terminal_fails_the_terminal_gc_closed(
 
 
 @LOCAL
-def test_s22_delete_budget_is_bounded(make_store: Callable[[], ObjectStore]) -> None:
+def test_la21_delete_budget_is_bounded(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = stamped(make_store)
         budget = LEADER_LEASE_MAX_PRUNE_BATCHES * LEADER_LEASE_PRUNE_BATCH_RECORDS

@@ -94,7 +94,7 @@ async def released(
     return leader, lease, terminal, ref
 
 
-def test_70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -116,7 +116,7 @@ def test_70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -150,7 +150,7 @@ def test_71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -183,7 +183,7 @@ def test_72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -202,7 +202,7 @@ def test_73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -227,7 +227,7 @@ def test_74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> Non
 
 
 @LOCAL
-def test_75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -257,7 +257,7 @@ def test_75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -280,7 +280,7 @@ def test_76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_77_takeover_fences_release_commit(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t77_takeover_fences_release_commit(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)

@@ -66,7 +66,9 @@ replace = msgspec.structs.replace
 
 
 @LOCAL
-def test_78_tombstone_compaction_no_sequence_reuse(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t78_tombstone_compaction_no_sequence_reuse(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -118,7 +120,7 @@ def max_slots(count: int) -> tuple[AuthorityRecoveryFaultSlot, ...]:
 
 
 @LOCAL
-def test_79_headroom(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t79_headroom(make_store: Callable[[], ObjectStore]) -> None:
     base = record_at(1)
     top = replace(base.lease, seq=U64_MAX, renewal_sequence=U64_MAX, token=U64_MAX)
     for count in (129, MAX_RECOVERY_FAULT_SLOTS):
@@ -165,7 +167,7 @@ async def staged(store: ObjectStore) -> tuple[Any, Any, RecoveryAnnouncement, An
 
 
 @LOCAL
-def test_80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await staged(store)
@@ -199,7 +201,7 @@ def test_80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_81_admission_snapshot_retries_on_change(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t81_admission_snapshot_retries_on_change(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, lease, terminal, ref = await staged(store)

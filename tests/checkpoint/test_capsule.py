@@ -128,7 +128,7 @@ async def exists(store: ObjectStore, key: str) -> bool:
     return True
 
 
-def test_t65_capsule_create_idempotent_verified(
+def test_cd_t65_capsule_create_idempotent_verified(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -168,7 +168,7 @@ def test_t65_capsule_create_idempotent_verified(
     asyncio.run(main())
 
 
-def test_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
     async def main() -> None:
         wrapped, store = scripted(make_store, clock)
         deployment_id = await store.load_or_create_deployment_id()
@@ -183,7 +183,7 @@ def test_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: 
     asyncio.run(main())
 
 
-def test_t67_capsule_tampered_body(
+def test_cd_t67_capsule_tampered_body(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -205,7 +205,7 @@ def test_t67_capsule_tampered_body(
     asyncio.run(main())
 
 
-def test_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         deployment_id = await store.load_or_create_deployment_id()
@@ -262,7 +262,7 @@ def test_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> 
     asyncio.run(main())
 
 
-def test_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         deployment_id = await store.load_or_create_deployment_id()
@@ -297,7 +297,7 @@ def test_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) 
     asyncio.run(main())
 
 
-def test_t06_oversized_capsule(
+def test_cd_t06_oversized_capsule(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:

@@ -51,7 +51,7 @@ def faulty_decisions(seed: int) -> tuple[DecisionStore, ObstoreStore, SimulatedC
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_ids_are_never_reused_under_random_faults(seed: int) -> None:
+def test_cd1_ids_are_never_reused_under_random_faults(seed: int) -> None:
     """S1, S2: two instances allocating through faults get distinct, per-instance increasing IDs."""
 
     async def body() -> None:
@@ -77,7 +77,7 @@ def test_ids_are_never_reused_under_random_faults(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_one_verdict_per_epoch_under_random_faults(seed: int) -> None:
+def test_cd4_one_verdict_per_epoch_under_random_faults(seed: int) -> None:
     """S4-S6: racing commit and abort through faults end with one durable verdict per epoch,
     and every caller is told that verdict."""
 

@@ -51,7 +51,7 @@ from tests.support.scripted_store import ScriptedStore
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])
 
 
-def test_17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -69,7 +69,7 @@ def test_17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         for seq in (1, 6, 7):
@@ -90,7 +90,7 @@ def test_18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> 
     asyncio.run(main())
 
 
-def test_19_record_before_pointer_crash_repaired(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t19_record_before_pointer_crash_repaired(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -106,7 +106,7 @@ def test_19_record_before_pointer_crash_repaired(make_store: Callable[[], Object
     asyncio.run(main())
 
 
-def test_20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         acquired(await begin(authority(store.inner, 1)))
@@ -127,7 +127,7 @@ def test_20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) 
 
 
 @pytest.mark.parametrize("kind", [FaultKind.AFTER, FaultKind.AFTER_AS_CONFLICT])
-def test_21_ambiguous_pointer_update_reconciled(
+def test_la_t21_ambiguous_pointer_update_reconciled(
     make_store: Callable[[], ObjectStore], kind: FaultKind
 ) -> None:
     async def main() -> None:
@@ -143,7 +143,7 @@ def test_21_ambiguous_pointer_update_reconciled(
     asyncio.run(main())
 
 
-def test_22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -166,7 +166,7 @@ def test_22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectSto
 
 
 @LOCAL
-def test_23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -196,7 +196,7 @@ def test_23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], Object
 
 
 @LOCAL
-def test_24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         await put_record(store.inner, record_at(1))
@@ -210,7 +210,7 @@ def test_24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         await put_record(store.inner, record_at(1))
@@ -223,7 +223,7 @@ def test_25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         for seq in (1, 2, 3):
@@ -237,7 +237,7 @@ def test_26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         clock = SimulatedClock(seed=1)
@@ -252,7 +252,7 @@ def test_27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) ->
     asyncio.run(main())
 
 
-def test_28_nonce_uniqueness() -> None:
+def test_la_t28_nonce_uniqueness() -> None:
     clock = SimulatedClock(seed=1)
     first, second = log.new_pointer(clock, 7), log.new_pointer(clock, 7)
     assert first.sequence == second.sequence == 7
@@ -261,7 +261,7 @@ def test_28_nonce_uniqueness() -> None:
     assert decode_pointer(encode_pointer(first)) == first
 
 
-def test_29_local_fs_without_update(tmp_path: Path) -> None:
+def test_la_t29_local_fs_without_update(tmp_path: Path) -> None:
     async def main() -> None:
         inner = FileStore(str(tmp_path / "no-update"), fsync=False)
         store = ScriptedStore(inner)
@@ -284,7 +284,7 @@ def test_29_local_fs_without_update(tmp_path: Path) -> None:
 
 
 @LOCAL
-def test_35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = ScriptedStore(make_store())
         await store.inner.put(record_path(1), b" " * (MAX_AUTHORITY_RECORD_BYTES + 1), CREATE)
@@ -299,7 +299,7 @@ def test_35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_36_empty_record(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t36_empty_record(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         await store.put(record_path(1), b"", CREATE)
@@ -327,7 +327,7 @@ def _reordered(body: bytes) -> bytes:
     ],
     ids=["pretty", "reordered", "early_version"],
 )
-def test_37_noncanonical_record(
+def test_la_t37_noncanonical_record(
     make_store: Callable[[], ObjectStore], rewrite: Callable[[bytes], bytes]
 ) -> None:
     async def main() -> None:
@@ -345,7 +345,7 @@ def test_37_noncanonical_record(
 @pytest.mark.parametrize(
     "stray", [RECORDS_PREFIX + "garbage.txt", RECORDS_PREFIX + "v1.json"], ids=["40", "41"]
 )
-def test_40_41_stray_or_noncanonical_path(
+def test_la_t40_t41_stray_or_noncanonical_path(
     make_store: Callable[[], ObjectStore], stray: str
 ) -> None:
     async def main() -> None:

@@ -54,7 +54,7 @@ STORE_PAUSE, PROCESS_PAUSE, HOLDER_STALL = 0.01, 0.02, 0.2
 # 91
 
 
-def test_91_delayed_acquisition_response() -> None:
+def test_la_t91_delayed_acquisition_response() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         fake.respond_after_s["begin_new_term"] = TTL + 1  # applied, answered too late
         start = clock.monotonic()
@@ -70,7 +70,9 @@ def test_91_delayed_acquisition_response() -> None:
     fake_case(body)
 
 
-def test_91_delayed_acquisition_response_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t91_delayed_acquisition_response_real_store(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -91,7 +93,7 @@ def test_91_delayed_acquisition_response_real_store(make_store: Callable[[], Obj
 # 92
 
 
-def test_92_candidacy_loss_interrupts_hung_renewal() -> None:
+def test_la_t92_candidacy_loss_interrupts_hung_renewal() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(0)
@@ -137,7 +139,7 @@ async def _reacquisition_rotates_token(run: Run) -> None:
     assert not lease_grants_proof(second, OWNER, run.manager.deadline.is_live(), old_proof)
 
 
-def test_93_reacquisition_rotates_token() -> None:
+def test_la_t93_reacquisition_rotates_token() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await _reacquisition_rotates_token(run)
@@ -146,7 +148,9 @@ def test_93_reacquisition_rotates_token() -> None:
     fake_case(body)
 
 
-def test_93_reacquisition_rotates_token_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t93_reacquisition_rotates_token_real_store(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -161,7 +165,7 @@ def test_93_reacquisition_rotates_token_real_store(make_store: Callable[[], Obje
 # 94
 
 
-def test_94_coalesced_flap_rotates_token() -> None:
+def test_la_t94_coalesced_flap_rotates_token() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(RENEW)
@@ -181,7 +185,7 @@ def test_94_coalesced_flap_rotates_token() -> None:
 # 95
 
 
-def test_95_hung_renewal_fences_at_deadline() -> None:
+def test_la_t95_hung_renewal_fences_at_deadline() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         start = clock.monotonic()
         async with running(clock, fake) as run:
@@ -210,7 +214,7 @@ async def _shutdown_fences(run: Run) -> None:
     assert run.manager.deadline.terminal and not run.manager.deadline.is_live()
 
 
-def test_96_shutdown_fences() -> None:
+def test_la_t96_shutdown_fences() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await _shutdown_fences(run)
@@ -218,7 +222,7 @@ def test_96_shutdown_fences() -> None:
     fake_case(body)
 
 
-def test_96_cancellation_fences() -> None:
+def test_la_t96_cancellation_fences() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         manager = LeaderLeaseManager(fake, OWNER, CONFIG, clock)
         async with asyncio.TaskGroup() as group:
@@ -232,7 +236,7 @@ def test_96_cancellation_fences() -> None:
     fake_case(body)
 
 
-def test_96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -245,7 +249,7 @@ def test_96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) ->
 # 97
 
 
-def test_97_grant_predicates() -> None:
+def test_la_t97_grant_predicates() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(0)
@@ -370,5 +374,5 @@ async def _skew_simulation(seed: int, *, nodes: int, seconds: float) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1), nodes=st.integers(2, 4))
-def test_98_clock_skew_property(seed: int, nodes: int) -> None:
+def test_la_t98_clock_skew_property(seed: int, nodes: int) -> None:
     asyncio.run(_skew_simulation(seed, nodes=nodes, seconds=16.0))

@@ -52,7 +52,7 @@ from tests.lease.pausing_store import (
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])
 
 
-def test_01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         lease = acquired(await begin(authority(store, 1)))
@@ -64,7 +64,7 @@ def test_01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_02_exact_renew_keeps_token(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t02_exact_renew_keeps_token(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1, wall_start_ms=10)
         first = acquired(await begin(leader))
@@ -77,7 +77,7 @@ def test_02_exact_renew_keeps_token(make_store: Callable[[], ObjectStore]) -> No
     asyncio.run(main())
 
 
-def test_03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent, rival = authority(make_store(), 1), authority(make_store(), 2)
         assert counters(acquired(await begin(incumbent))) == (1, 1, 1)
@@ -97,7 +97,7 @@ def test_03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         with pytest.raises(Fenced, match="lost the durable authority head"):
@@ -107,7 +107,7 @@ def test_04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         assert acquired(await begin(leader)).token == 1
@@ -119,7 +119,7 @@ def test_05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStor
     asyncio.run(main())
 
 
-def test_06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         incumbent, rival = authority(store, 1), authority(make_store(), 2)
@@ -132,7 +132,7 @@ def test_06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         incumbent = authority(store, 1, ttl_s=0.02)
@@ -147,7 +147,9 @@ def test_07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore])
     asyncio.run(main())
 
 
-def test_08_backward_owner_clock_still_invalidates(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t08_backward_owner_clock_still_invalidates(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         incumbent = authority(make_store(), 1, wall_start_ms=0)  # expiries in 1970
         rival = authority(make_store(), 2)
@@ -162,7 +164,7 @@ def test_08_backward_owner_clock_still_invalidates(make_store: Callable[[], Obje
     asyncio.run(main())
 
 
-def test_09_full_observation_required(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t09_full_observation_required(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent = authority(make_store(), 1)
         lease = acquired(await begin(incumbent))
@@ -180,7 +182,7 @@ def test_09_full_observation_required(make_store: Callable[[], ObjectStore]) -> 
     asyncio.run(main())
 
 
-def test_10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         old = owner(7, boot_n=1, term=3)
         new = owner(7, boot_n=2, term=4)
@@ -197,7 +199,7 @@ def test_10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -
     asyncio.run(main())
 
 
-def test_11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         lease = acquired(await begin(leader))
@@ -208,7 +210,7 @@ def test_11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None
 
 
 @LOCAL
-def test_12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         gate = store.pause_put(record_path(1), count=2)
@@ -228,7 +230,7 @@ def test_12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None
 
 
 @LOCAL
-def test_13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         incumbent, rival = authority(paused, 1), authority(make_store(), 2)
@@ -252,7 +254,9 @@ def test_13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) ->
 
 
 @LOCAL
-def test_14_fault_append_does_not_reset_observation(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t14_fault_append_does_not_reset_observation(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         store = make_store()
         incumbent, rival = authority(store, 1), authority(make_store(), 2)
@@ -273,7 +277,9 @@ def test_14_fault_append_does_not_reset_observation(make_store: Callable[[], Obj
 
 
 @LOCAL
-def test_15_fault_contention_cannot_starve_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t15_fault_contention_cannot_starve_takeover(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         incumbent, rival = authority(make_store(), 1), authority(paused, 2)

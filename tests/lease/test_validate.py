@@ -313,7 +313,7 @@ def test_record_rule(base: str, mutate: Mutation, substring: str) -> None:
     expect_violation(mutate(record), substring)
 
 
-def test_16_invalid_renewal_sequence() -> None:
+def test_la_t16_invalid_renewal_sequence() -> None:
     v.validate_lease(lease(seq=5, renewal=5, token=1))
     v.validate_lease(lease(seq=5, renewal=1, token=1))
     for renewal in (0, 6):
@@ -386,14 +386,14 @@ def test_pointer_round_trip_and_strict_decoding() -> None:
         v.decode_pointer(good + b" " * (129 - len(good)), HEAD_PATH)
 
 
-def test_28_nonce_uniqueness() -> None:
+def test_la_t28_nonce_uniqueness() -> None:
     first, second = v.encode_pointer(pointer(nonce=uid(1))), v.encode_pointer(pointer(nonce=uid(2)))
     assert first != second
     assert v.decode_pointer(first).sequence == v.decode_pointer(second).sequence == 7
 
 
 # Encoding and decoding (§2.5, §4.1.1, §4.1.6 step 1).
-def test_38_unknown_field() -> None:
+def test_la_t38_unknown_field() -> None:
     body = v.encode_record(carried())
     key = record_path(40)
     inner = body.replace(b'"catalog_manifest":', b'"extra":1,"catalog_manifest":', 1)
@@ -405,7 +405,7 @@ def test_38_unknown_field() -> None:
         assert caught.value.key == key
 
 
-def test_39_seq_mismatch() -> None:
+def test_la_t39_seq_mismatch() -> None:
     record = LeaderAuthorityRecord.initial(lease(seq=5, renewal=5, token=1))
     body = v.encode_record(record)
     assert v.decode_record(body, record_path(5), 5) == record

@@ -253,7 +253,7 @@ def test_decision_rule(build: Callable[[], Any], substring: str) -> None:
     assert substring in str(caught.value), str(caught.value)
 
 
-def test_65_successor_can_abort_not_commit() -> None:
+def test_la_t65_successor_can_abort_not_commit() -> None:
     """A replacement term may Abort its predecessor's transition, never Commit it (S15)."""
     v.validate_drain_decision(drain(7, commit=False, proof=RIVAL_PROOF, leader=PROOF))
     with pytest.raises(

@@ -178,7 +178,7 @@ def _heavy(record: LeaderAuthorityRecord) -> LeaderAuthorityRecord:
     )
 
 
-def test_79_headroom() -> None:
+def test_la_t79_headroom() -> None:
     limit = 262_144 - 32_768
     for count in (129, 516):  # the spec's scenario: the lease and maximal slots
         record = maximal_record(count, heavy=False)
