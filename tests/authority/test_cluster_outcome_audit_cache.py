@@ -1,4 +1,4 @@
-"""The outcome-audit cache (spec_leader_lease §4.4.3 "Cache"; §9 scenario 63).
+"""The outcome-audit cache (LA §4.4.3 "Cache"; LA-T63).
 
 One entry per authority instance, keyed by (outcome_head, commit_head, floor), tagged with the
 highest sequence seen for the key; single-flighted cold audits; failures never cached; an

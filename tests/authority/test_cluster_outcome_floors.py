@@ -1,5 +1,5 @@
-"""The artifact floor, its recovery-cut preflight and capsule maintenance (spec_leader_lease
-§4.4.4, §4.4.5, §4.4.7-§4.4.9; §9 scenarios 58-62; invariants S13, S14).
+"""The artifact floor, its recovery-cut preflight and capsule maintenance
+(LA §4.4.4, LA §4.4.5, LA §4.4.7 to LA §4.4.9; LA-T58 to LA-T62; invariants LA-14).
 
 All on memory and file. The caller's artifact preflight is a recording callback; races during
 it (a renewal, an outcome, a takeover) run inside the callback itself.
@@ -97,7 +97,7 @@ def test_la_t58_floor_requires_live_cut(make_store: Callable[[], ObjectStore], d
             await prune(leader, proof, 3, check)
         assert isinstance(caught.value.__cause__, CorruptRecord)
         assert check.cuts == []  # the capsule is checked before the caller's artifacts
-        assert await record_seqs(store) == before  # S14: the floor is unchanged
+        assert await record_seqs(store) == before  # LA-14: the floor is unchanged
         assert (await head(leader)).outcome_floor is None
         # No floor, so no capsule GC: the older capsules are all still there.
         step = await maintain_cluster_recovery_capsules(leader)

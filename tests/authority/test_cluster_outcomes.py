@@ -1,9 +1,9 @@
-"""Cluster checkpoint outcomes through the leader log (spec_leader_lease §4.4.1, §4.4.2; §9
-scenarios 45-52 and 57; invariants S5, S11-S13).
+"""Cluster checkpoint outcomes through the leader log (LA §4.4.1, LA §4.4.2;
+LA-T45 to LA-T52 and LA-T57; invariants LA-5, LA-13, LA-14).
 
-Scenarios 45, 46, 47 and 50 run on memory, file and the S3 test server; the rest on memory and
-file. Paused creates and lost responses go through PausingStore; takeovers wait out the ttl on
-the rival's SimulatedClock.
+LA-T45, LA-T46, LA-T47 and LA-T50 run on memory, file and the S3 test server; the rest on memory and
+file. Paused creates and lost responses go through PausingStore; takeovers wait out the ttl on the
+rival's SimulatedClock.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_la_t46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
         leader = open_leader(make_store(), 1)
         proof = await elect(leader)
         commit = created(await record(leader, proof, 3, commit=True))
-        # S11: one outcome per epoch, forever; the caller must obey the winner.
+        # LA-13: one outcome per epoch, forever; the caller must obey the winner.
         assert conflict(await record(leader, proof, 3)) == commit
         assert conflict(await record(open_leader(make_store(), 2), proof, 3)) == commit
         assert unchanged(await record(leader, proof, 3, commit=True)) == commit
@@ -122,7 +122,7 @@ def test_la_t47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> N
         for bad in (stale_next, foreign, zero, LeaderProof(owner=nil_boot, fencing_token=1)):
             with pytest.raises(Fenced):
                 await record(leader, bad, 1)
-        # S5: nothing is written by a proof that does not name the durable term.
+        # LA-5: nothing is written by a proof that does not name the durable term.
         assert store.count("put") == 0
         assert await record_seqs(store) == [1]
 
@@ -202,7 +202,7 @@ def test_la_t50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) 
         proof = await elect(leader)
         gate = store.pause_put(record_path(2), fail_after_apply=True)
         gate.release.set()  # do not hold it: apply, then lose the response
-        outcome = unchanged(await record(leader, proof, 7))  # never Created (spec §11.2)
+        outcome = unchanged(await record(leader, proof, 7))  # never Created (LA §11.2)
         assert outcome.epoch == 7
         assert await cluster_outcomes(open_leader(store, 2)) == (outcome,)
         assert await record_seqs(store) == [1, 2]

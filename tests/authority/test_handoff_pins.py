@@ -1,4 +1,4 @@
-"""The assignment handoff pin (spec_rebalance §2.5, §2.6, §2.9; `lease/handoff_pins`), derived
+"""The assignment handoff pin (RB §2.5, RB §2.6, RB §2.9; `lease/handoff_pins`), derived
 from the durable decision chain and the cluster outcomes, and its enforcement: a cluster Commit
 not fenced by the active pin's target is refused, the pinned checkpoint outlives outcome pruning,
 and decisions without (or with a stray) checkpoint reference are refused on write and on read.

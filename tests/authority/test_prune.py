@@ -1,7 +1,7 @@
-"""History pruning (spec_leader_lease §4.8.2-§4.8.4; §9 scenarios 86-90 and the prune halves
-of 40 and 42; invariants S2, S22).
+"""History pruning (LA §4.8.2 to LA §4.8.4; LA-T86 to LA-T90 and the prune halves
+of 40 and 42; invariants LA-2, LA-21).
 
-Object ages follow a SimulatedClock (`prune_support.StampingStore`). Scenarios 86 and 88 run on
+Object ages follow a SimulatedClock (`prune_support.StampingStore`). LA-T86 and LA-T88 run on
 memory, file and the S3 test server; the rest on memory and file. Failure paths and the
 background scheduler are in test_prune_failures.py.
 """
@@ -76,7 +76,7 @@ def test_la_t86_grace_period(make_store: Callable[[], ObjectStore], backend: str
             store.clock.advance(0.001)  # 2 ms old: at the grace, so eligible
             scheduler.request()
             await scheduler.wait_idle()
-            assert await record_seqs(store) == [8, 9]  # S2: head and head-1 stay
+            assert await record_seqs(store) == [8, 9]  # LA-2: head and head-1 stay
             assert scheduler.failed == 0 and scheduler.last_report is not None
             assert scheduler.last_report.deleted_records == tuple(range(1, 8))
         assert leader.prune_hook is None

@@ -1,6 +1,6 @@
-"""Recovery release terminals, admission snapshots and fault-inventory bounds (spec_leader_lease
-§3.8, §4.6.3-§4.6.7, §8.7; §9 scenarios 78-81; invariants S17, S19, S21), plus the round and
-release-id rules this port defines. Split from test_recovery.py by size. Memory and file.
+"""Recovery release terminals, admission snapshots and fault-inventory bounds (LA §3.8, LA §4.6.3 to
+LA §4.6.7, LA §8.7; LA-T78 to LA-T81; invariants LA-16, LA-11), plus the round and release-id
+rules this port defines. Split from test_recovery.py by size. Memory and file.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_la_t78_tombstone_compaction_no_sequence_reuse(
             head = await leader.load_record()
             assert head is not None and head.recovery_fault_slots == ()
         # The first reporter's request was dropped, not remembered: a re-report is a fresh fault
-        # with a larger fault sequence, never a reused one (S17).
+        # with a larger fault sequence, never a reused one (LA-16).
         again = await record_recovery_fault(leader, publisher(1000), 1, deadline=deadline(leader))
         assert isinstance(again, Active)
         (fault,) = (await recovery_fault_inventory(leader)).faults
@@ -127,7 +127,7 @@ def test_la_t79_headroom(make_store: Callable[[], ObjectStore]) -> None:
         record = replace(
             base, lease=top, recovery_fault_revision=U64_MAX, recovery_fault_slots=max_slots(count)
         )
-        # §2.2: active faults leave 32 KiB of authority headroom.
+        # LA §2.2: active faults leave 32 KiB of authority headroom.
         assert len(encode_record(record)) + 32_768 <= MAX_AUTHORITY_RECORD_BYTES
     too_many = replace(
         base, lease=top, recovery_fault_revision=U64_MAX, recovery_fault_slots=max_slots(517)
@@ -186,7 +186,7 @@ def test_la_t80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore])
         await store.put(key, forged, OVERWRITE)
         with pytest.raises(CorruptRecord, match="does not match its content-addressed reference"):
             await load_recovery_release_terminal(leader, ref)
-        with pytest.raises(CorruptRecord):  # S21: never acted upon
+        with pytest.raises(CorruptRecord):  # LA-11: never acted upon
             await record_recovery_release_commit(
                 leader, lease.proof(), ref, deadline=deadline(leader)
             )

@@ -1,8 +1,8 @@
-"""Checkpoint ID allocation (spec_checkpoint_decision §4.3, §3.6, §5 S1-S3; scenarios T11-T25).
+"""Checkpoint ID allocation (CD §4.3, CD §3.6; CD-1 to CD-3; CD-T11 to CD-T25).
 
-T11-T15 are local mode on a real directory (`local_filesystem`); T16-T25 shared mode on memory,
-file and the S3 test server, except the lost-response cases, which script faults with
-ScriptedStore over an in-memory or a file store.
+CD-T11 to CD-T15 are local mode on a real directory (`local_filesystem`); CD-T16 to CD-T25 shared
+mode on memory, file and the S3 test server, except the lost-response cases, which script faults
+with ScriptedStore over an in-memory or a file store.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def with_changes(head: DeploymentIdentity, **changes: object) -> DeploymentIdent
     return DeploymentIdentity(**fields)  # type: ignore[arg-type]
 
 
-# Local mode (T11-T15).
+# Local mode (CD-T11 to CD-T15).
 
 
 def test_cd_t11_ids_start_at_one_local_fs(
@@ -206,7 +206,7 @@ def test_cd_t25_id_space_exhausted_local(
         alloc_sync(open_local(), clock)
 
 
-# Shared mode (T16-T25).
+# Shared mode (CD-T16 to CD-T25).
 
 
 def test_cd_t16_shared_counter_bounded(
@@ -259,7 +259,7 @@ def test_cd_t18_authority_deletion_new_deployment(
     new = open_shared()
     new_id = asyncio.run(new.load_or_create_deployment_id())
     assert new_id != old_id
-    assert alloc_sync(new, clock) == 1  # IDs restart only under the new deployment (S3)
+    assert alloc_sync(new, clock) == 1  # IDs restart only under the new deployment (CD-3)
     # The old instance now meets a head of another deployment and refuses it.
     with pytest.raises(CorruptRecord, match=f"belongs to deployment {new_id}"):
         alloc_sync(old, clock)
@@ -353,7 +353,7 @@ def test_cd_t22_concurrent_allocations_unique(
         return list(await asyncio.gather(*(allocate_retrying(one) for one in instances)))
 
     results = asyncio.run(main())
-    assert len(set(results)) == tasks  # S1
+    assert len(set(results)) == tasks  # CD-1
     if not failures:
         assert sorted(results) == list(range(1, tasks + 1))  # no ID burned: no gaps either
 
@@ -454,9 +454,9 @@ def test_deadline_bounds_a_hung_store(clock: Clock) -> None:
 def test_cd1_random_faults_never_reuse_an_id(
     mode: AllocatorMode, seed: int, inner_store: ObjectStore, clock: Clock
 ) -> None:
-    """S1/S2 under lost responses, phantom conflicts and conflicts reported after applying.
+    """CD-1/CD-2 under lost responses, phantom conflicts and conflicts reported after applying.
 
-    The identity exists before faults start: its creation has its own tests (T9)."""
+    The identity exists before faults start: its creation has its own tests (CD-T9)."""
     asyncio.run(DecisionStore(inner_store, clock=clock, mode=mode).load_or_create_deployment_id())
     config = FaultConfig(
         error_before_rate=0.1,
@@ -480,7 +480,7 @@ def test_cd1_random_faults_never_reuse_an_id(
     returned = asyncio.run(main())
     flat = [checkpoint_id for ids in returned for checkpoint_id in ids]
     assert len(flat) > 50
-    assert len(set(flat)) == len(flat)  # S1: never returned twice
+    assert len(set(flat)) == len(flat)  # CD-1: never returned twice
     for ids in returned:
-        assert ids == sorted(ids)  # S2: increasing per instance
+        assert ids == sorted(ids)  # CD-2: increasing per instance
     assert sum(faulty.stats.injected.values()) > 0

@@ -1,4 +1,4 @@
-"""Recovery capsules (spec_checkpoint_decision §3.9, §4.10, S10; scenarios T65-T69, T6 for the
+"""Recovery capsules (CD §3.9, CD §4.10, CD-9; CD-T65 to CD-T69, CD-T6 for the
 capsule path, and the capsule's own rules). Their garbage collection is in test_capsule_gc.py.
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses and request counts
@@ -147,7 +147,7 @@ def test_cd_t65_capsule_create_idempotent_verified(
         )
         wrapped.requests.clear()
         assert await store.create_recovery_capsule(capsule) == expected
-        assert wrapped.requests["get"] == 0  # S10: an acknowledged create is not read back
+        assert wrapped.requests["get"] == 0  # CD-9: an acknowledged create is not read back
         assert wrapped.requests["put"] == 1
         assert await store.create_recovery_capsule(capsule) == expected
         assert wrapped.requests["get"] > 0

@@ -1,5 +1,5 @@
-"""Recovery capsule garbage collection (spec_checkpoint_decision §3.11, §4.11, S12; scenarios
-T70-T74, and T6/T8 for the cursor path).
+"""Recovery capsule garbage collection (CD §3.11, CD §4.11, CD-11; scenarios
+CD-T70 to CD-T74, and CD-T6/CD-T8 for the cursor path).
 
 Runs on memory, file and the S3 test server; deferred creates, reversed listings, a cursor moved
 mid-step and in-flight counts go through ScriptedStore over the parametrized store.

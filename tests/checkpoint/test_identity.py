@@ -1,4 +1,4 @@
-"""Deployment identity (spec_checkpoint_decision §4.2, §3.5, §2.5; scenarios T1-T10).
+"""Deployment identity (CD §4.2, CD §3.5, CD §2.5; CD-T1 to CD-T10).
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses and forged reads go
 through ScriptedStore over an in-memory or a file store.

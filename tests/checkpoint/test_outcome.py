@@ -1,5 +1,5 @@
-"""Outcomes and the outcome inventory (spec_checkpoint_decision §4.4-§4.6; scenarios T26-T38, and
-T6/T8 for the outcome and floor paths).
+"""Outcomes and the outcome inventory (CD §4.4 to CD §4.6; CD-T26 to CD-T38, and
+CD-T6/CD-T8 for the outcome and floor paths).
 
 Shared-mode tests run on memory, file and the S3 test server through `open_shared`/`make_store`;
 lost responses go through ScriptedStore wrapping the parametrized store.
@@ -128,7 +128,7 @@ def test_cd_t26_outcome_idempotent_and_conflict(open_shared: Callable[[], Decisi
 def test_outcome_lost_create_response_is_unchanged(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """§6.3: a create applied with its response lost is read back (S6)."""
+    """CD §6.3: a create applied with its response lost is read back (CD-14)."""
 
     async def main() -> None:
         scripted = ScriptedStore(make_store())
@@ -405,7 +405,7 @@ def test_cd_t38_local_outcome_with_fence_or_capsule(
 def test_cd8_floor_published_during_create_wins(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """§4.4 step 5: a floor published while the create is in flight wins; the object is inert."""
+    """CD §4.4 step 5: a floor published while the create is in flight wins; the object is inert."""
 
     async def main() -> None:
         scripted = ScriptedStore(make_store())

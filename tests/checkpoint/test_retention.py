@@ -1,9 +1,9 @@
-"""Retention: the outcome GC floor, its boundary and pruning (spec_checkpoint_decision §3.7, §4.7,
-§4.8; scenarios T39-T51).
+"""Retention: the outcome GC floor, its boundary and pruning (CD §3.7, CD §4.7,
+CD §4.8; CD-T39 to CD-T51).
 
 Shared-mode tests run on memory, file and the S3 test server; local-mode tests on a directory
 through `open_local` or `DecisionStore.local_single_writer` over a FileStore. Faults go through
-ScriptedStore. T49 crashes the sweep through a ScriptedStore whose deletes raise (no test hook in
+ScriptedStore. CD-T49 crashes the sweep through a ScriptedStore whose deletes raise (no test hook in
 the production code).
 """
 

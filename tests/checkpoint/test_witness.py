@@ -1,4 +1,4 @@
-"""The sink-open witness (spec_checkpoint_decision §3.8, §4.9, S11; scenarios T52-T64, and T6 for
+"""The sink-open witness (CD §3.8, CD §4.9, CD-10; CD-T52 to CD-T64, and CD-T6 for
 the witness path).
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses, deferred puts and
@@ -152,7 +152,7 @@ def test_cd_t54_witness_open_fits_but_close_does_not(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     """The closed slot is longer than the open one: an open that fits only without its close
-    tombstone is refused too (S11: an accepted open always has room for its close)."""
+    tombstone is refused too (CD-10: an accepted open always has room for its close)."""
 
     async def main() -> None:
         store = open_shared()
@@ -373,7 +373,7 @@ def test_cd_t06_oversized_witness_slot(
 def test_cd12_witness_shared_store_without_update_is_unavailable(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """S13: NativeCas needs a real update-if-match; a store refusing it surfaces as unavailable,
+    """CD-12: NativeCas needs a real update-if-match; a store refusing it surfaces as unavailable,
     and the slot is left as it was."""
 
     async def main() -> None:

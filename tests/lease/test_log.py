@@ -1,7 +1,8 @@
-"""The authority log: records, head pointer, discovery, append (spec_leader_lease §4.1, §1.4;
-§9 scenarios 17-29 and the read paths of 35-37, 40, 41; invariants S1-S3, S21-S23).
+"""The authority log: records, head pointer, discovery, append (LA §4.1, LA §1.4; LA-T17 to LA-T29
+and the read paths of LA-T35 to LA-T37, LA-T40, LA-T41; invariants LA-1 to LA-3, LA-11, LA-21,
+LA-12).
 
-Scenarios 17-22 run on memory, file and the S3 test server; the rest on memory and file. Lost
+LA-T17 to LA-T22 run on memory, file and the S3 test server; the rest on memory and file. Lost
 responses and paused requests go through PausingStore, ScriptedStore or FaultyStore.
 """
 
@@ -157,7 +158,7 @@ def test_la_t22_contenders_cannot_regress_pointer(make_store: Callable[[], Objec
         assert await log.append(store, clock, head1, fault) == AppendContended(winner=renewal)
         acquired(await renew(leader, 1))  # seq 3
         before = await store.get(HEAD_PATH)
-        # S2: a stale publication cannot move the pointer back.
+        # LA-2: a stale publication cannot move the pointer back.
         assert await log.publish_pointer(store, clock, 2, head1.pointer) == 3
         after = await store.get(HEAD_PATH)
         assert after.body == before.body and after.meta.e_tag == before.meta.e_tag
@@ -361,7 +362,7 @@ def test_la_t40_t41_stray_or_noncanonical_path(
 
 @LOCAL
 def test_append_reconciles_ambiguous_create(make_store: Callable[[], ObjectStore]) -> None:
-    """§4.1.6 step 4 and §11.2: a create applied but reported failed is ExistingIdentical."""
+    """LA §4.1.6 step 4 and LA §11.2: a create applied but reported failed is ExistingIdentical."""
 
     async def main() -> None:
         store = PausingStore(make_store())
@@ -383,7 +384,7 @@ def test_append_reconciles_ambiguous_create(make_store: Callable[[], ObjectStore
 
 @LOCAL
 def test_append_lost_create_is_unavailable(make_store: Callable[[], ObjectStore]) -> None:
-    """§4.1.6 step 4: a failed create with nothing durable is Io, and nothing is published."""
+    """LA §4.1.6 step 4: a failed create with nothing durable is Io, and nothing is published."""
 
     async def main() -> None:
         store = ScriptedStore(make_store())

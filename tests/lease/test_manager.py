@@ -1,4 +1,4 @@
-"""The lease manager, spec_leader_lease §9 scenarios 91-98 (§4.9, §6, S6-S9).
+"""The lease manager, LA-T91 to LA-T98 (LA §4.9, LA §6, LA-6 to LA-9).
 
 Time is simulated (SimClock, driven by `drive`); ttl 1 s and renew interval 0.25 s are dyadic
 so every simulated instant is exact. Most scenarios run against a scripted fake authority;
@@ -51,7 +51,7 @@ RECORDS = "control/leader-lease/v"
 STORE_PAUSE, PROCESS_PAUSE, HOLDER_STALL = 0.01, 0.02, 0.2
 
 
-# 91
+# LA-T91
 
 
 def test_la_t91_delayed_acquisition_response() -> None:
@@ -90,7 +90,7 @@ def test_la_t91_delayed_acquisition_response_real_store(
     asyncio.run(main())
 
 
-# 92
+# LA-T92
 
 
 def test_la_t92_candidacy_loss_interrupts_hung_renewal() -> None:
@@ -115,7 +115,7 @@ def test_la_t92_candidacy_loss_interrupts_hung_renewal() -> None:
     fake_case(body)
 
 
-# 93
+# LA-T93
 
 
 async def _reacquisition_rotates_token(run: Run) -> None:
@@ -134,7 +134,7 @@ async def _reacquisition_rotates_token(run: Run) -> None:
     await run.drive(RENEW)
     second = run.lease()
     assert second is not None and second.owner == OWNER
-    assert second.token > first.token  # S9: re-acquisition rotates the token
+    assert second.token > first.token  # LA-9: re-acquisition rotates the token
     assert run.manager.proof() == second.proof()
     assert not lease_grants_proof(second, OWNER, run.manager.deadline.is_live(), old_proof)
 
@@ -162,7 +162,7 @@ def test_la_t93_reacquisition_rotates_token_real_store(
     asyncio.run(main())
 
 
-# 94
+# LA-T94
 
 
 def test_la_t94_coalesced_flap_rotates_token() -> None:
@@ -182,7 +182,7 @@ def test_la_t94_coalesced_flap_rotates_token() -> None:
     fake_case(body)
 
 
-# 95
+# LA-T95
 
 
 def test_la_t95_hung_renewal_fences_at_deadline() -> None:
@@ -202,7 +202,7 @@ def test_la_t95_hung_renewal_fences_at_deadline() -> None:
     fake_case(body)
 
 
-# 96
+# LA-T96
 
 
 async def _shutdown_fences(run: Run) -> None:
@@ -246,7 +246,7 @@ def test_la_t96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]
     asyncio.run(main())
 
 
-# 97
+# LA-T97
 
 
 def test_la_t97_grant_predicates() -> None:
@@ -258,7 +258,7 @@ def test_la_t97_grant_predicates() -> None:
             proof = lease.proof()
             assert run.manager.proof() == proof and run.manager.grants_leadership()
             assert lease_grants_proof(lease, OWNER, True, proof)
-            for other in (RIVAL, owner(1, boot=2), owner(1, term=2)):  # S10: exact owner
+            for other in (RIVAL, owner(1, boot=2), owner(1, term=2)):  # LA-10: exact owner
                 assert not lease_grants_leadership(lease, other, True)
                 assert not lease_grants_proof(lease, other, True, proof)
             stale = type(proof)(owner=proof.owner, fencing_token=proof.fencing_token + 1)
@@ -278,7 +278,7 @@ def test_la_t97_grant_predicates() -> None:
     fake_case(body)
 
 
-# 98
+# LA-T98
 
 
 @dataclass
@@ -322,7 +322,7 @@ def _members(rng: random.Random, base: SimClock, nodes: int) -> list[_Node]:
 
 
 async def _skew_simulation(seed: int, *, nodes: int, seconds: float) -> None:
-    """Never two live deadlines with different (owner, token) at one instant (S4, S7, S8);
+    """Never two live deadlines with different (owner, token) at one instant (LA-4, LA-7, LA-8);
     a failure names its seed, which alone replays the run."""
     rng = random.Random(seed)
     base = SimClock(seed=seed)

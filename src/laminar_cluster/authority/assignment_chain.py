@@ -1,12 +1,12 @@
-"""The assignment-decision chain: its audit and its retention floor (spec_leader_lease §3.6,
-§4.5.5, §4.5.6; invariants S5, S15, S21, S22), the pure chain rules of §4.5.1 steps 2, 5 and 7
-(floor, advancing version, the admitting record), and the helpers the decision appends share
+"""The assignment-decision chain: its audit and its retention floor (LA §3.6, LA §4.5.5, LA §4.5.6;
+invariants LA-5, LA-15, LA-11, LA-21), the pure chain rules of LA §4.5.1 steps 2, 5 and 7 (floor,
+advancing version, the admitting record), and the helpers the decision appends share
 (`assignment_decisions` holds the operations).
 
 Drain and recovery decisions live on one backward-linked chain through authority records:
 `assignment_decision_head` names the latest admitting record, whose
 `previous_assignment_decision` names the one before. Target versions strictly increase along it
-(S15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
+(LA-15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
 everything below `before`; the anchor (the greatest decision below it) is kept by value, so the
 records below the floor may be deleted by the history prune. `audit_assignment_decisions`
 reads the whole live chain; `live_decisions_newest_first` walks it lazily for readers that need
@@ -14,9 +14,9 @@ only the newest decisions (the handoff pin, `handoff_pins`), with the same check
 
 Errors: a broken chain (a link that its record does not carry, a record without a decision, a
 walk that misses the floor's anchor, regressing versions) is durable corruption: CorruptRecord
-naming the record (spec `Decision::Conflict`; §7 maps the same problems to `Invalid` in the
+naming the record (spec `Decision::Conflict`; LA §7 maps the same problems to `Invalid` in the
 prune, so one kind serves both). A record that vanished mid-walk is InventoryChanged; a live
-chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, S22).
+chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, LA-21).
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ async def audit_assignment_decisions(
     authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord
 ) -> list[AuditedDecision]:
     """The live decisions of `head_record`'s chain with their exact links, ascending by target
-    version (§4.5.5). The floor's anchor is not in the list (it is kept by value on the floor);
+    version (LA §4.5.5). The floor's anchor is not in the list (it is kept by value on the floor);
     every listed record is one the history prune must keep.
 
     Reads each live decision record once (the head itself is reused), at most
-    MAX_LIVE_AUTHORITY_LINKS of them (S22).
+    MAX_LIVE_AUTHORITY_LINKS of them (LA-21).
     """
     newest_first = [entry async for entry in live_decisions_newest_first(authority, head_record)]
     newest_first.reverse()
@@ -70,8 +70,8 @@ async def live_decisions_newest_first(
     `contextlib.aclosing`). The floor's anchor is not yielded (it is on the floor by value).
 
     Each decision is checked against the record that admitted it and must be strictly below the
-    one yielded before it (S15); the walk must leave the live chain exactly at the floor's
-    anchor (S21) and stays within MAX_LIVE_AUTHORITY_LINKS reads (S22). Errors as in
+    one yielded before it (LA-15); the walk must leave the live chain exactly at the floor's
+    anchor (LA-11) and stays within MAX_LIVE_AUTHORITY_LINKS reads (LA-21). Errors as in
     `audit_assignment_decisions`, raised when the walk reaches them.
     """
     floor = head_record.assignment_decision_floor
@@ -81,12 +81,12 @@ async def live_decisions_newest_first(
     newer: AuditedDecision | None = None
     stopped_at_anchor = False
     link = head_record.assignment_decision_head
-    # S22: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
+    # LA-21: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
     for read in range(MAX_LIVE_AUTHORITY_LINKS + 1):
         if link is None:
             break
         if link.target_version < before:
-            # S21: the walk leaves the live chain exactly at the floor's anchor, or not at all.
+            # LA-11: the walk leaves the live chain exactly at the floor's anchor, or not at all.
             if link != anchor_link:
                 raise CorruptRecord(
                     f"{head_key}: assignment decision chain does not meet durable floor "
@@ -103,7 +103,7 @@ async def live_decisions_newest_first(
             )
         decision, previous = await _audited_link(authority, head_record, link)
         if newer is not None and decision.target_version >= newer[1].target_version:
-            key = record_path(newer[0].sequence)  # S15: versions strictly increase
+            key = record_path(newer[0].sequence)  # LA-15: versions strictly increase
             raise CorruptRecord(
                 f"{key}: assignment decisions regress from version {decision.target_version} to "
                 f"{newer[1].target_version}",
@@ -149,7 +149,7 @@ async def _audited_link(
 async def prune_assignment_drain_decisions_before(
     authority: LeaderLeaseStore, proof: LeaderProof, before: int, *, deadline: float
 ) -> int:
-    """Advance the shared decision floor to `before` (§4.5.6) and return the durable floor.
+    """Advance the shared decision floor to `before` (LA §4.5.6) and return the durable floor.
 
     Precondition (the caller's duty): assignment snapshots below `before` are already durably
     pruned. `before == 0` only reads the current floor (0 without one). A floor already at or
@@ -168,12 +168,12 @@ async def prune_assignment_drain_decisions_before(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[int]:
-        # A floor at or past `before` settles the call, also when it is a winner's (§4.5.6).
+        # A floor at or past `before` settles the call, also when it is a winner's (LA §4.5.6).
         reached = head.assignment_decision_floor
         if reached is not None and reached.before_target_version >= before:
             authority.schedule_prune()  # floors only move forward: a history prune instead
             return admission.Answer(reached.before_target_version)
-        require_term()  # S5: admitted only right after a record of the proof's exact term
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
         audited = await audit_assignment_decisions(authority, head)
         return admission.Append(_floor_record(head, audited, before), before, before)
 
@@ -186,7 +186,7 @@ def _floor_record(
     head_record: LeaderAuthorityRecord, audited: list[AuditedDecision], before: int
 ) -> LeaderAuthorityRecord:
     """The floor-advancing record after `head_record`: the anchor is the greatest live decision
-    below `before` (with its exact audited link), else the existing anchor (§4.5.6 step 3)."""
+    below `before` (with its exact audited link), else the existing anchor (LA §4.5.6 step 3)."""
     below = [entry for entry in audited if entry[1].target_version < before]
     anchor: AuthorityAssignmentDecision | None = None
     anchor_link: AssignmentDecisionLink | None = None
@@ -214,15 +214,15 @@ def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int
 
 
 def check_advances(audited: list[AuditedDecision], target_version: int) -> None:
-    """A new decision's version must exceed every live one (§4.5.1 step 5), and the live chain
+    """A new decision's version must exceed every live one (LA §4.5.1 step 5), and the live chain
     must have room for it: a chain longer than its audit bound could never be audited again,
-    not even by the floor advance that would shorten it (S22; as §4.4.1 step 5 for Commits)."""
-    if audited and target_version <= audited[-1][1].target_version:  # S15: strictly increasing
+    not even by the floor advance that would shorten it (LA-21; as LA §4.4.1 step 5 for Commits)."""
+    if audited and target_version <= audited[-1][1].target_version:  # LA-15: strictly increasing
         raise Refused(
             f"assignment decision version {target_version} does not advance durable version "
             f"{audited[-1][1].target_version}"
         )
-    if len(audited) >= MAX_LIVE_AUTHORITY_LINKS:  # S22: nothing is written
+    if len(audited) >= MAX_LIVE_AUTHORITY_LINKS:  # LA-21: nothing is written
         raise Refused(
             f"assignment decision chain holds {len(audited)} live decisions, the fixed "
             f"{MAX_LIVE_AUTHORITY_LINKS}-link authority bound: advance the assignment decision "
@@ -234,7 +234,7 @@ def decision_record(
     head_record: LeaderAuthorityRecord, decision: AuthorityAssignmentDecision
 ) -> LeaderAuthorityRecord:
     """The decision append after `head_record` admitting `decision`, linked after the old chain
-    head (§4.5.1 step 7)."""
+    head (LA §4.5.1 step 7)."""
     return admission.successor(
         head_record,
         assignment_decision=decision,

@@ -1,22 +1,23 @@
-"""Assignment decisions through the leader authority log (spec_leader_lease §3.6, §4.5;
-invariants S5, S15, S16).
+"""Assignment decisions through the leader authority log (LA §3.6, LA §4.5;
+invariants LA-5, LA-15).
 
 A drain decision settles a transition predecessor -> target opened by a leader term: `Commit`
-only by that exact term, `Abort` by any canonical term (S15). A recovery decision authorises
+only by that exact term, `Abort` by any canonical term (LA-15). A recovery decision authorises
 installing a staged successor assignment after process failures, only if it matches the live
-predecessor snapshot and the staged proposal (S16). Both kinds share one chain keyed by target
-version: one decision per version across both kinds, versions strictly increasing (S15). A
+predecessor snapshot and the staged proposal (LA-15). Both kinds share one chain keyed by target
+version: one decision per version across both kinds, versions strictly increasing (LA-15). A
 decision is admitted by appending record seq+1 under the exact term its proof names, so the
-proof check and the admission are one create-only store operation (S5).
+proof check and the admission are one create-only store operation (LA-5).
 
-* `record_assignment_drain_decision` / `record_assignment_recovery_decision` (§4.5.1-§4.5.3):
-  `DecisionCreated | DecisionUnchanged | DecisionConflict(winner)`; a winner of the other kind at
-  the same version is a Refused error.
+* `record_assignment_drain_decision` / `record_assignment_recovery_decision` (LA §4.5.1 to
+  LA §4.5.3): `DecisionCreated | DecisionUnchanged | DecisionConflict(winner)`; a winner of the
+  other kind at the same version is a Refused error.
 * `new_drain_decision` / `new_recovery_decision`: the validating constructors (a drain Commit
-  carries its handoff checkpoint, a recovery its recovery checkpoint: spec_rebalance §2.5, §2.6).
+  carries its handoff checkpoint, a recovery its recovery checkpoint: RB §2.5, RB §2.6).
 * `assignment_drain_decision` / `assignment_recovery_decision` / `materialize_assignment_recovery`
-  (§4.5.4); `audit_assignment_decisions` (§4.5.5) and `prune_assignment_drain_decisions_before`
-  (§4.5.6) live in `assignment_chain` and are re-exported here.
+  (LA §4.5.4); `audit_assignment_decisions` (LA §4.5.5) and
+  `prune_assignment_drain_decisions_before` (LA §4.5.6) live in `assignment_chain` and are
+  re-exported here.
 
 Errors (spec -> here): `Io` -> StoreUnavailable; an invalid decision or a decision that does not
 match the snapshots -> InvalidArgument; `Fenced` -> Fenced; `Decision::Conflict` (below the floor,
@@ -93,7 +94,7 @@ __all__ = [
     "record_assignment_recovery_decision",
 ]
 
-# Exact reads retry a walk that lost a record to a concurrent history prune (as §4.4.2 does for
+# Exact reads retry a walk that lost a record to a concurrent history prune (as LA §4.4.2 does for
 # outcome lookups); each retry re-reads the head, whose floor then excludes the pruned record.
 DECISION_READ_ATTEMPTS: Final = 3
 
@@ -102,8 +103,8 @@ D = TypeVar("D", AssignmentDrainDecision, AssignmentRecoveryDecision)
 
 
 class AssignmentSnapshotSource(Protocol):
-    """What the recovery preflight (§4.5.1 step 6) and `materialize_assignment_recovery`
-    (§4.5.4) need from the assignment snapshot store (spec §8.6), which lives in a higher layer.
+    """What the recovery preflight (LA §4.5.1 step 6) and `materialize_assignment_recovery`
+    (LA §4.5.4) need from the assignment snapshot store (LA §8.6), which lives in a higher layer.
 
     Errors: StoreUnavailable for I/O (mapped to spec `Io`), CorruptRecord for bad durable
     snapshots, any other LaminarError for a missing or unusable object (mapped to `Invalid`).
@@ -163,8 +164,8 @@ def new_drain_decision(
     verdict: AssignmentVerdict,
     handoff_checkpoint: RecoveryCapsuleRef | None = None,
 ) -> AssignmentDrainDecision:
-    """The public constructor (§3.12, spec_rebalance §2.5): a canonical transition and proof, a
-    Commit only by the term that opened the transition (S15), and a canonical handoff checkpoint
+    """The public constructor (LA §3.12, RB §2.5): a canonical transition and proof, a
+    Commit only by the term that opened the transition (LA-15), and a canonical handoff checkpoint
     iff the verdict is Commit (`commit(transition, proof, handoff)` / `abort(transition,
     proof)`). InvalidArgument otherwise."""
     decision = AssignmentDrainDecision(
@@ -186,7 +187,7 @@ def new_recovery_decision(
     recovery_checkpoint: RecoveryCapsuleRef | None,
     leader_proof: LeaderProof,
 ) -> AssignmentRecoveryDecision:
-    """The public constructor of a recovery decision (§3.6, spec_rebalance §2.6): a canonical
+    """The public constructor of a recovery decision (LA §3.6, RB §2.6): a canonical
     successor, its staged proposal, exactly one process fence per removed predecessor process
     (in predecessor order) and a canonical recovery checkpoint, or None for the initial state
     (LA-20: admitted only while no cluster checkpoint ever committed). InvalidArgument
@@ -211,7 +212,7 @@ async def record_assignment_drain_decision(
     *,
     deadline: float,
 ) -> RecordDrainDecisionResult:
-    """Admit a drain settlement at its target version (§4.5.2)."""
+    """Admit a drain settlement at its target version (LA §4.5.2)."""
     return await _record(
         authority, proof, decision, AssignmentDrainDecision, None, deadline=deadline
     )
@@ -225,8 +226,8 @@ async def record_assignment_recovery_decision(
     *,
     deadline: float,
 ) -> RecordRecoveryDecisionResult:
-    """Admit a failure-recovery assignment at its target version (§4.5.3), after checking it
-    against the live predecessor snapshot and the staged proposal (S16).
+    """Admit a failure-recovery assignment at its target version (LA §4.5.3), after checking it
+    against the live predecessor snapshot and the staged proposal (LA-15).
 
     The spec's pre-check (load head, proof, floor, same-version winner) is exactly the first
     iteration of the shared loop, which runs it before any snapshot I/O, so it is not repeated.
@@ -245,11 +246,11 @@ async def _record(
     *,
     deadline: float,
 ) -> _Result[D]:
-    """The shared core (§4.5.1): validate, then admit (audit, settle, preflight, append) until
+    """The shared core (LA §4.5.1): validate, then admit (audit, settle, preflight, append) until
     the decision is settled, Fenced, Refused, or the deadline or the attempt bound passes."""
     with writing(f"assignment {_kind_name(kind)} decision"):
         validate_assignment_decision(decision)
-    # S5: the decision carries the proof it is admitted under; only a canonical proof admits.
+    # LA-5: the decision carries the proof it is admitted under; only a canonical proof admits.
     if decision.leader_proof != proof or not proof_is_canonical(proof):
         raise Fenced(
             "assignment decision leader proof is not the canonical proof it is recorded under"
@@ -261,12 +262,12 @@ async def _record(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[_Result[D]]:
-        # Also on a lost race: our record may be durable behind the winner (§11.1).
+        # Also on a lost race: our record may be durable behind the winner (LA §11.1).
         audited = await audit_assignment_decisions(authority, head)
         settled = _settled(decision, kind, audited)
         if settled is not None:
             return admission.Answer(settled)
-        require_term()  # S5: admitted only right after a record of the proof's exact term
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
         check_decision_floor(head, target)
         check_advances(audited, target)
         if isinstance(decision, AssignmentRecoveryDecision):
@@ -286,7 +287,7 @@ def _kind_name(kind: type[AuthorityAssignmentDecision]) -> str:
 
 
 def _settled(decision: D, kind: type[D], audited: list[AuditedDecision]) -> _Result[D] | None:
-    """The answer when `audited` already settles the decision's target version (S15: one
+    """The answer when `audited` already settles the decision's target version (LA-15: one
     decision per version across both kinds), else None."""
     target = decision.target_version
     for _, winner in audited:
@@ -296,7 +297,7 @@ def _settled(decision: D, kind: type[D], audited: list[AuditedDecision]) -> _Res
             return DecisionUnchanged(decision)
         if isinstance(winner, kind):
             return DecisionConflict(winner)
-        raise Refused(  # S15: the other kind owns this version
+        raise Refused(  # LA-15: the other kind owns this version
             f"assignment {_kind_name(type(winner))} decision already settled target version "
             f"{target}"
         )
@@ -323,7 +324,7 @@ def _check_initial_state(head: LeaderAuthorityRecord, decision: AssignmentRecove
 async def _check_recovery_snapshots(
     snapshots: AssignmentSnapshotSource, decision: AssignmentRecoveryDecision
 ) -> None:
-    """§4.5.1 step 6 (S16): the live snapshot is the decision's predecessor and is not
+    """LA §4.5.1 step 6 (LA-15): the live snapshot is the decision's predecessor and is not
     draining; the staged proposal is the decision's target."""
     current = await _snapshot_call("load assignment recovery predecessor", snapshots.load_current())
     if current is None:
@@ -347,7 +348,7 @@ async def _check_recovery_snapshots(
 
 
 async def _snapshot_call(context: str, call: Awaitable[T]) -> T:
-    """Await a snapshot-store call, mapping its errors (spec §3.11): I/O stays
+    """Await a snapshot-store call, mapping its errors (LA §3.11): I/O stays
     StoreUnavailable, corruption stays CorruptRecord, anything else is InvalidArgument; each
     message is prefixed with `context`. DeadlineExceeded and WriteOutcomeUnknown pass through
     (they have their own caller actions)."""
@@ -366,7 +367,7 @@ async def _snapshot_call(context: str, call: Awaitable[T]) -> T:
 async def assignment_drain_decision(
     authority: LeaderLeaseStore, target_version: int
 ) -> AssignmentDrainDecision | None:
-    """The drain decision of `target_version`, or None (§4.5.4). Refused below the floor or
+    """The drain decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a recovery decision settled that version."""
     found = await _decision_at(authority, target_version)
     if found is None:
@@ -379,7 +380,7 @@ async def assignment_drain_decision(
 async def assignment_recovery_decision(
     authority: LeaderLeaseStore, target_version: int
 ) -> AssignmentRecoveryDecision | None:
-    """The recovery decision of `target_version`, or None (§4.5.4). Refused below the floor or
+    """The recovery decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a drain decision settled that version."""
     found = await _decision_at(authority, target_version)
     if found is None:
@@ -392,7 +393,7 @@ async def assignment_recovery_decision(
 async def materialize_assignment_recovery(
     authority: LeaderLeaseStore, target_version: int, snapshots: AssignmentSnapshotSource
 ) -> object:
-    """Install the authority-admitted recovery proposal of `target_version` (§4.5.4, S16).
+    """Install the authority-admitted recovery proposal of `target_version` (LA §4.5.4, LA-15).
 
     The caller supplies only the version: an arbitrary staged proposal can never bypass the
     decision chain. The proposal's fence is re-checked against the admitted target.
@@ -404,7 +405,7 @@ async def materialize_assignment_recovery(
         "load authorized assignment recovery proposal",
         snapshots.load_recovery_proposal(decision.proposal),
     )
-    if proposal != decision.target:  # S16: only the exact admitted proposal is installed
+    if proposal != decision.target:  # LA-15: only the exact admitted proposal is installed
         raise CorruptRecord(
             "authorized assignment recovery proposal does not match its target (proposal "
             f"{decision.proposal.sha256}, version {decision.proposal.version})"

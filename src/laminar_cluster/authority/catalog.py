@@ -1,16 +1,16 @@
-"""The one-time catalog seal through the leader authority log (spec_leader_lease §3.9, §4.7,
-§8.8; invariants S5, S20, S21).
+"""The one-time catalog seal through the leader authority log (LA §3.9, LA §4.7,
+LA §8.8; invariants LA-5, LA-17, LA-11).
 
 The catalog manifest (the cluster's DDL inventory) is stored once, content-addressed, at
 `control/catalog-manifest/v1/{sha256}.json`, and its `CatalogManifestRef` is sealed into the
 lease (`LeaderLease.catalog_manifest`) by one append under the exact current term. Every later
-record carries the ref, renewals and takeovers included, so the seal survives them (S20).
+record carries the ref, renewals and takeovers included, so the seal survives them (LA-17).
 
 * The already-sealed check comes before the proof check and before every write: a sealed
   namespace answers `SealExistingIdentical` for the same manifest (also to a deposed term) and
-  raises Refused (the spec's `CatalogManifestError::Conflict`) for a different one (S20).
+  raises Refused (the spec's `CatalogManifestError::Conflict`) for a different one (LA-17).
 * The blob is verified against its ref (size, length, strict canonical decode, sha, entry
-  count) on every read (S21).
+  count) on every read (LA-11).
 
 Errors: a non-canonical proof, no head, or a proof that is not the current term is Fenced; an
 invalid manifest InvalidArgument; a missing, foreign or corrupt blob CorruptRecord naming it
@@ -78,7 +78,7 @@ def _reference(manifest: CatalogManifest, data: bytes) -> CatalogManifestRef:
 
 
 def encode_and_reference(manifest: CatalogManifest) -> tuple[bytes, CatalogManifestRef]:
-    """The canonical manifest bytes (at most 8 MiB) and their ref (§8.8); InvalidArgument for
+    """The canonical manifest bytes (at most 8 MiB) and their ref (LA §8.8); InvalidArgument for
     an invalid manifest, before any I/O."""
     with writing(_MANIFEST):
         validate_catalog_manifest(manifest)
@@ -92,7 +92,7 @@ def encode_and_reference(manifest: CatalogManifest) -> tuple[bytes, CatalogManif
 async def _read_blob(
     authority: LeaderLeaseStore, ref: CatalogManifestRef
 ) -> tuple[CatalogManifest, bytes]:
-    """The manifest `ref` names and its bytes, verified against `ref` (S20, S21)."""
+    """The manifest `ref` names and its bytes, verified against `ref` (LA-17, LA-11)."""
     with writing(f"{_MANIFEST} reference"):
         validate_catalog_ref(ref)
     key = catalog_manifest_path(ref.sha256)
@@ -112,14 +112,14 @@ async def _read_blob(
 async def load_catalog_manifest(
     authority: LeaderLeaseStore, ref: CatalogManifestRef
 ) -> CatalogManifest:
-    """The manifest `ref` names, fully verified on every read (§4.7)."""
+    """The manifest `ref` names, fully verified on every read (LA §4.7)."""
     manifest, _ = await _read_blob(authority, ref)
     return manifest
 
 
 async def load_sealed_catalog_manifest(authority: LeaderLeaseStore) -> CatalogManifest | None:
     """The sealed manifest of the published head, or None if no head or no seal (the spec's
-    `CatalogManifestStore::load`, §8.8)."""
+    `CatalogManifestStore::load`, LA §8.8)."""
     record = await authority.load_record()
     if record is None or record.lease.catalog_manifest is None:
         return None
@@ -133,7 +133,7 @@ async def seal_catalog(
     *,
     deadline: float,
 ) -> CatalogSealOutcome:
-    """Seal `manifest` once for this namespace under the exact term `proof` (§4.7)."""
+    """Seal `manifest` once for this namespace under the exact term `proof` (LA §4.7)."""
     what = "catalog seal"
     admission.require_canonical_proof(proof, what)
     data, ref = encode_and_reference(manifest)
@@ -144,13 +144,13 @@ async def seal_catalog(
     ) -> SealDecision:
         nonlocal blob_ensured
         sealed = head.lease.catalog_manifest
-        if sealed is not None:  # S20: before the proof check
+        if sealed is not None:  # LA-17: before the proof check
             return admission.Answer(await _already_sealed(authority, sealed, manifest))
-        require_term()  # S5: a seal is admitted only right after a record of the proof's term
+        require_term()  # LA-5: a seal is admitted only right after a record of the proof's term
         if not blob_ensured:
             await _ensure_blob(authority, data, ref)
             blob_ensured = True
-        # §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
+        # LA §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
         record = admission.successor(head)
         lease = msgspec.structs.replace(record.lease, catalog_manifest=ref)
         return admission.Append(
@@ -167,7 +167,7 @@ async def seal_catalog(
 async def _already_sealed(
     authority: LeaderLeaseStore, sealed: CatalogManifestRef, manifest: CatalogManifest
 ) -> SealExistingIdentical:
-    """S20: sealed once, never changed: the same manifest is ExistingIdentical, another one is
+    """LA-17: sealed once, never changed: the same manifest is ExistingIdentical, another one is
     Refused. The sealed blob is revalidated first."""
     durable = await load_catalog_manifest(authority, sealed)
     if durable != manifest:
@@ -180,7 +180,7 @@ async def _already_sealed(
 
 async def _ensure_blob(authority: LeaderLeaseStore, data: bytes, ref: CatalogManifestRef) -> None:
     """Create the content-addressed blob (an existing one is fine) and read it back: its bytes
-    must equal the proposal exactly (§4.7 step 5)."""
+    must equal the proposal exactly (LA §4.7 step 5)."""
     key = catalog_manifest_path(ref.sha256)
     put_error: LaminarError | None = None
     try:

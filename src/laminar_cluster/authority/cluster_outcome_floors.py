@@ -1,18 +1,18 @@
 """Cluster outcome retention: floors, the recovery-cut preflight and automatic compaction
-(spec_leader_lease §4.4.5-§4.4.8; invariants S13, S14, S22).
+(LA §4.4.5 to LA §4.4.8; invariants LA-14, LA-21).
 
-* `build_floor` (§4.4.7): anchors copied by value with their exact links (S13).
-* `preflight_recovery_cut` (§4.4.4 step 2): the greatest live Commit at or above the artifact
-  floor must have a valid capsule and pass the caller's artifact check (S14).
-* `compaction` (§4.4.6): at 64 live terminal links, the record that moves the terminal floor to
-  keep the newest 16; the artifact floor never moves here (S14).
-* `prune_cluster_outcomes_before` (§4.4.5): advance the artifact floor under a leader proof,
-  only with a live recovery cut above it and a passed preflight (S14), and never above the
-  active assignment handoff pin's checkpoint (spec_rebalance §2.9: the pinned checkpoint is
+* `build_floor` (LA §4.4.7): anchors copied by value with their exact links (LA-14).
+* `preflight_recovery_cut` (LA §4.4.4 step 2): the greatest live Commit at or above the artifact
+  floor must have a valid capsule and pass the caller's artifact check (LA-14).
+* `compaction` (LA §4.4.6): at 64 live terminal links, the record that moves the terminal floor to
+  keep the newest 16; the artifact floor never moves here (LA-14).
+* `prune_cluster_outcomes_before` (LA §4.4.5): advance the artifact floor under a leader proof,
+  only with a live recovery cut above it and a passed preflight (LA-14), and never above the
+  active assignment handoff pin's checkpoint (RB §2.9: the pinned checkpoint is
   protected from garbage collection). Deletion happens later,
   in the history prune and the capsule sweep, never inline.
 
-Errors: no head or a proof not naming the head's term -> Fenced (S5); a refused request (no
+Errors: no head or a proof not naming the head's term -> Fenced (LA-5); a refused request (no
 live cut would remain, failed preflight) -> Refused; inconsistent durable state ->
 CorruptRecord. The floor is admitted by `admission.admit`: bounded by
 AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic `deadline`
@@ -109,8 +109,8 @@ async def build_floor(
     artifact_before: int,
     authority_before: int,
 ) -> AuthorityOutcomeFloor:
-    """§4.4.7: anchors are the greatest audited outcome below the terminal floor and the
-    greatest audited Commit below the artifact floor, copied by value (S13)."""
+    """LA §4.4.7: anchors are the greatest audited outcome below the terminal floor and the
+    greatest audited Commit below the artifact floor, copied by value (LA-14)."""
     existing = current.outcome_floor
     below = [o for o in snapshot.outcomes if o.epoch < authority_before]
     terminal_anchor = below[-1] if below else None
@@ -154,7 +154,7 @@ async def preflight_recovery_cut(
     outcomes: tuple[CheckpointOutcome, ...],
     validate_artifacts: ValidateArtifacts,
 ) -> CheckpointOutcome | None:
-    """§4.4.4 step 2 (S14): the recovery cut of `floor` (None while the artifact floor is 0)
+    """LA §4.4.4 step 2 (LA-14): the recovery cut of `floor` (None while the artifact floor is 0)
     has a valid capsule and passes the caller's artifact check; Refused otherwise."""
     if floor.artifact_before_epoch == 0:
         return None
@@ -182,9 +182,9 @@ async def preflight_recovery_cut(
 async def compaction(
     authority: LeaderLeaseStore, current: LeaderAuthorityRecord, snapshot: OutcomeSnapshot
 ) -> admission.Append[Any] | None:
-    """§4.4.6: the compaction floor record to append before an outcome at 64 live terminal
+    """LA §4.4.6: the compaction floor record to append before an outcome at 64 live terminal
     links (keeping the newest 16), else None. Once it lands the outcome is decided again on the
-    new head (AGAIN). S22: the terminal chain stays short; S14: the artifact floor never moves
+    new head (AGAIN). LA-21: the terminal chain stays short; LA-14: the artifact floor never moves
     here."""
     links = snapshot.terminal_links
     if len(links) < OUTCOME_HISTORY_COMPACTION_TRIGGER:
@@ -223,8 +223,8 @@ async def prune_cluster_outcomes_before(
     *,
     deadline: float,
 ) -> int:
-    """§4.4.5: advance the artifact floor to `before_epoch` under `proof`; the floor now in
-    force. A live Commit at or above it must remain, with a passed preflight (S14)."""
+    """LA §4.4.5: advance the artifact floor to `before_epoch` under `proof`; the floor now in
+    force. A live Commit at or above it must remain, with a passed preflight (LA-14)."""
     if before_epoch == 0:
         head = await authority.load_record()
         floor = None if head is None else head.outcome_floor
@@ -241,7 +241,7 @@ async def prune_cluster_outcomes_before(
         if existing is not None and existing.artifact_before_epoch >= before_epoch:
             authority.schedule_prune()  # covered: no preflight is repeated
             return admission.Answer(existing.artifact_before_epoch)
-        require_term()  # S5: admitted only right after a record of the proof's exact term
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
         snapshot = await cached_audit(authority, head)
         key = audit_key(head)
         if key not in prepared:
@@ -251,7 +251,7 @@ async def prune_cluster_outcomes_before(
             prepared.clear()
             prepared[key] = floor
         floor = prepared[key]
-        # spec_rebalance §2.9: the pinned checkpoint stays live (above the artifact floor),
+        # RB §2.9: the pinned checkpoint stays live (above the artifact floor),
         # derived from the head the append is conditioned on.
         pin = await handoff_pin_at(authority, head, snapshot.outcomes)
         if pin is not None and pin.checkpoint is not None and pin.checkpoint.epoch < before_epoch:
@@ -281,10 +281,10 @@ async def _prepared_floor(
     before_epoch: int,
     validate_artifacts: ValidateArtifacts,
 ) -> AuthorityOutcomeFloor:
-    """§4.4.5 steps 3-6: the new floor, once a live recovery cut above it passed its
-    preflight (S14); Refused otherwise."""
+    """LA §4.4.5 steps 3-6: the new floor, once a live recovery cut above it passed its
+    preflight (LA-14); Refused otherwise."""
     if not any(o.epoch >= before_epoch and o.is_commit() for o in snapshot.outcomes):
-        # S14: a live recovery cut must always remain above the artifact floor.
+        # LA-14: a live recovery cut must always remain above the artifact floor.
         raise Refused(
             f"cannot advance cluster outcome floor to {before_epoch}: no live commit recovery "
             "cut would remain"

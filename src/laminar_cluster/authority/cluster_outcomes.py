@@ -1,23 +1,23 @@
-"""Cluster checkpoint outcomes through the leader authority log: admission (spec_leader_lease
-§4.4.1; invariants S5, S11, S12, S22) and the public surface of the outcome operations.
+"""Cluster checkpoint outcomes through the leader authority log: admission
+(LA §4.4.1; invariants LA-5, LA-13, LA-21) and the public surface of the outcome operations.
 
 `record_cluster_outcome` admits one outcome per epoch by appending the record after the head
-whose lease its proof names (S5): an identical outcome already durable is `Unchanged`, a
-different one `Conflict(winner)` (S11). Before the append it refuses (Refused) a non-advancing
-checkpoint, a Commit beyond the live-Commit capacity (S22), an outcome below or outside the
-floor, and a Commit not fenced by the active assignment handoff pin's target (spec_rebalance
-§2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
-history at 64 live links (§4.4.6). A lost race is re-derived from the winner: our outcome in its
+whose lease its proof names (LA-5): an identical outcome already durable is `Unchanged`, a
+different one `Conflict(winner)` (LA-13). Before the append it refuses (Refused) a non-advancing
+checkpoint, a Commit beyond the live-Commit capacity (LA-21), an outcome below or outside the
+floor, and a Commit not fenced by the active assignment handoff pin's target
+(RB §2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
+history at 64 live links (LA §4.4.6). A lost race is re-derived from the winner: our outcome in its
 audited history settles the call; a foreign term is Fenced; a winner that did not advance the
 log is CorruptRecord; anything else is retried by `admission.admit`, at most
 AUTHORITY_MUTATION_ATTEMPTS_MAX times (then Contended) and until the caller's absolute monotonic
 `deadline`.
 
-The reads (§4.4.2, §4.4.4, §4.4.9) are in `cluster_outcome_reads`, retention (§4.4.5-§4.4.8) in
-`cluster_outcome_floors`, the audit (§4.4.3) in `outcome_audit`; all are re-exported here.
-Error kinds: `Fenced` -> Fenced; the decision store's `Conflict` -> Refused (the request as
-asked is forbidden by what is durable); `Io` -> StoreUnavailable; corrupt durable state ->
-CorruptRecord.
+The reads (LA §4.4.2, LA §4.4.4, LA §4.4.9) are in `cluster_outcome_reads`, retention (LA §4.4.5 to
+LA §4.4.8) in `cluster_outcome_floors`, the audit (LA §4.4.3) in `outcome_audit`; all are
+re-exported here. Error kinds: `Fenced` -> Fenced; the decision store's `Conflict` -> Refused (the
+request as asked is forbidden by what is durable); `Io` -> StoreUnavailable; corrupt durable state
+-> CorruptRecord.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ async def record_cluster_outcome(
     recovery_capsule: RecoveryCapsuleRef | None,
     deadline: float,
 ) -> RecordOutcomeResult:
-    """Admit the cluster outcome of one attempt under `proof` (§4.4.1)."""
+    """Admit the cluster outcome of one attempt under `proof` (LA §4.4.1)."""
     admission.require_canonical_proof(proof, _RECORD)
     if not CheckpointAttempt(epoch=epoch, checkpoint_id=checkpoint_id).is_canonical():
         raise Refused(
@@ -119,12 +119,12 @@ async def record_cluster_outcome(
             f"{epoch}, checkpoint {checkpoint_id}"
         )
     async with within_deadline(authority.clock, deadline, _RECORD):
-        # §4.4.1 step 2: only the current term builds a candidate (S5).
+        # LA §4.4.1 step 2: only the current term builds a candidate (LA-5).
         admission.check_term(
             (await admission.published_head(authority, _RECORD)).record.lease, proof, _RECORD
         )
         # A Commit's capsule is loaded and matched; the proof's node and boot must be in the
-        # fence; the deployment identity is created if absent (spec §11.3).
+        # fence; the deployment identity is created if absent (LA §11.3).
         candidate = await authority.require_decisions().canonical_outcome(
             epoch=epoch,
             checkpoint_id=checkpoint_id,
@@ -138,15 +138,15 @@ async def record_cluster_outcome(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[RecordOutcomeResult]:
-        # Also on a lost race: our record may be durable below the winner (spec §11.1).
+        # Also on a lost race: our record may be durable below the winner (LA §11.1).
         snapshot = await cached_audit(authority, head)
         settled = _settled(snapshot, candidate)
         if settled is not None:
             return admission.Answer(settled)
-        require_term()  # S5
+        require_term()  # LA-5
         _check_admissible(head, snapshot, candidate, authority.live_commit_links_max)
         if candidate.is_commit():
-            # §2.9: derived from the head the append is conditioned on, so a decision admitted
+            # RB §2.9: derived from the head the append is conditioned on, so a decision admitted
             # in between makes the append contend and the pin is derived again.
             _check_pinned(await handoff_pin_at(authority, head, snapshot.outcomes), candidate)
         compact = await compaction(authority, head, snapshot)
@@ -186,7 +186,7 @@ def _outcome_append(
 
 
 def _settled(snapshot: OutcomeSnapshot, candidate: CheckpointOutcome) -> RecordOutcomeResult | None:
-    """S11: one outcome per epoch forever; anchors and lagged Commits count."""
+    """LA-13: one outcome per epoch forever; anchors and lagged Commits count."""
     winner = at_epoch(snapshot.outcomes, candidate.epoch)
     if winner is None:
         return None
@@ -199,16 +199,16 @@ def _check_admissible(
     candidate: CheckpointOutcome,
     live_commits_max: int = MAX_LIVE_AUTHORITY_LINKS,
 ) -> None:
-    """§4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it.
-    `live_commits_max` is S22's bound (MAX_LIVE_AUTHORITY_LINKS, lower only in tests)."""
+    """LA §4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it.
+    `live_commits_max` is LA-21's bound (MAX_LIVE_AUTHORITY_LINKS, lower only in tests)."""
     assert 1 <= live_commits_max <= MAX_LIVE_AUTHORITY_LINKS
     if snapshot.outcomes and candidate.checkpoint_id <= snapshot.outcomes[-1].checkpoint_id:
-        raise Refused(  # S11: outcomes strictly increase
+        raise Refused(  # LA-13: outcomes strictly increase
             f"cluster checkpoint {candidate.checkpoint_id} does not advance durable checkpoint "
             f"{snapshot.outcomes[-1].checkpoint_id}"
         )
     if candidate.is_commit() and len(snapshot.commit_links) >= live_commits_max:
-        raise Refused(  # S22: the Commit chain walk stays bounded
+        raise Refused(  # LA-21: the Commit chain walk stays bounded
             f"live Commit retention reached the {live_commits_max}-link authority "
             "bound; advance the artifact-retention horizon before admitting another Commit"
         )
@@ -224,7 +224,7 @@ def _check_admissible(
 
 
 def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
-    """spec_rebalance §2.9: while an assignment handoff pin is active, only a Commit fenced by
+    """RB §2.9: while an assignment handoff pin is active, only a Commit fenced by
     its target is admitted (Aborts are never checked)."""
     if pin is None or candidate.assignment_fence == pin.target:
         return
@@ -240,7 +240,7 @@ def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
 def _outcome_record(
     current: LeaderAuthorityRecord, candidate: CheckpointOutcome
 ) -> LeaderAuthorityRecord:
-    """§4.4.1 step 8: the admitting record after `current`, linked into both chains."""
+    """LA §4.4.1 step 8: the admitting record after `current`, linked into both chains."""
     link = OutcomeLink(
         sequence=current.lease.seq + 1, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
     )
@@ -250,7 +250,7 @@ def _outcome_record(
         previous_outcome=current.outcome_head,
         outcome_head=link,
     )
-    if candidate.is_commit():  # S12: a Commit also heads the Commit chain
+    if candidate.is_commit():  # LA-13: a Commit also heads the Commit chain
         record = msgspec.structs.replace(
             record, previous_commit=current.commit_head, commit_head=link
         )

@@ -1,4 +1,4 @@
-"""The leader authority's assignment handoff pin (spec_rebalance §2.9, §4.9 step 9, §4.16).
+"""The leader authority's assignment handoff pin (RB §2.9, RB §4.9 step 9, RB §4.16).
 
 The authority holds at most one pin `{target fence, checkpoint}`: the committed cluster
 checkpoint the assignment `target` must restore from. It is not a stored field: it is derived
@@ -27,7 +27,7 @@ The rule:
 
 So a recovery decision D(n+1) recorded while D(n)'s pin is unconsumed moves the pin to
 target(n+1) (propagation): D(n+1) is now the highest decision and names its own recovery
-checkpoint (the same cut, §4.9 step 9).
+checkpoint (the same cut, RB §4.9 step 9).
 
 Consequences enforced elsewhere: `cluster_outcomes.record_cluster_outcome` refuses a Commit
 whose fence is not the active pin's target (Aborts are never refused by the pin), and
@@ -92,7 +92,7 @@ class HandoffPin:
 
 def rollback_fence(decision: AssignmentDrainDecision) -> CheckpointAssignmentFence:
     """The fence of an Abort's rollback generation: the predecessor's owner map and roster at
-    the target version (spec_rebalance §2.3 `aborted_target`)."""
+    the target version (RB §2.3 `aborted_target`)."""
     predecessor = decision.transition.predecessor
     return CheckpointAssignmentFence(
         assignment_version=decision.target_version,
@@ -122,8 +122,8 @@ async def assignment_handoff_pin(authority: LeaderLeaseStore) -> HandoffPin | No
 async def assignment_handoff_checkpoint(
     authority: LeaderLeaseStore, fence: CheckpointAssignmentFence
 ) -> RecoveryCapsuleRef | None:
-    """The active pin's checkpoint iff the pin's target is exactly `fence` (spec_rebalance
-    §2.9), else None. None also for a pin on the initial state: callers that must tell the two
+    """The active pin's checkpoint iff the pin's target is exactly `fence`
+    (RB §2.9), else None. None also for a pin on the initial state: callers that must tell the two
     apart use `assignment_handoff_pin_on`."""
     pin = await assignment_handoff_pin_on(authority, fence)
     return None if pin is None else pin.checkpoint

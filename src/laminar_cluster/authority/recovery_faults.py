@@ -1,14 +1,14 @@
-"""Recovery faults admitted through the leader authority log (spec_leader_lease §3.7, §4.6.1,
-§4.6.2; invariant S17; quirk §11.4).
+"""Recovery faults admitted through the leader authority log (LA §3.7, LA §4.6.1,
+LA §4.6.2; invariant LA-16; quirk LA §11.4).
 
 Any participant process may report a fault, under whatever term is current: no leader proof is
-needed. A fault append copies the lease unchanged but for `seq` (§3.3), so the liveness identity
+needed. A fault append copies the lease unchanged but for `seq` (LA §3.3), so the liveness identity
 (owner, token, renewal_sequence) is untouched and a rival's takeover observation is never reset
-by it (§4.3.4).
+by it (LA §4.3.4).
 
 One slot per stable node id, sorted by node id. A slot's `fault_sequence` is the authority
 sequence that admitted its current request: globally monotone and never reused, even after its
-tombstone is compacted (S17). Inactive slots are tombstones left by a release, so a retry of the
+tombstone is compacted (LA-16). Inactive slots are tombstones left by a release, so a retry of the
 cleared request answers `AlreadyCleared` instead of being re-admitted.
 
 A fault is admitted by `admission.admit` without a proof: bounded by
@@ -62,7 +62,7 @@ RecordRecoveryFaultResult = Active | AlreadyCleared | CoveredByNewerRequest | Su
 
 @dataclass(frozen=True)
 class RecoveryFaultInventory:
-    """`{revision, faults}` (§3.7): the authority sequence that last changed the slot set (0 =
+    """`{revision, faults}` (LA §3.7): the authority sequence that last changed the slot set (0 =
     no fault ever recorded) and the active slots as (reporter node, fault_sequence), by node."""
 
     revision: int
@@ -91,7 +91,7 @@ def fault_slot_of(
 
 
 async def recovery_fault_inventory(authority: LeaderLeaseStore) -> RecoveryFaultInventory:
-    """The fault inventory of the published head (§4.6.2); Fenced when there is no head."""
+    """The fault inventory of the published head (LA §4.6.2); Fenced when there is no head."""
     record = await authority.load_record()
     if record is None:
         raise Fenced("recovery fault inventory needs an existing leader authority head")
@@ -105,8 +105,8 @@ async def record_recovery_fault(
     *,
     deadline: float,
 ) -> RecordRecoveryFaultResult:
-    """Admit `publisher`'s fault request `request_sequence` (§4.6.1). No leader proof: any
-    participant may report under the current term (§11.4). Raises Fenced when the namespace has
+    """Admit `publisher`'s fault request `request_sequence` (LA §4.6.1). No leader proof: any
+    participant may report under the current term (LA §11.4). Raises Fenced when the namespace has
     no authority head, InvalidArgument for a non-canonical publisher, a zero request sequence or
     a second publisher of one process term."""
     with writing("recovery fault publisher"):
@@ -122,7 +122,7 @@ async def record_recovery_fault(
         settled = _settled_without_write(head, publisher, request_sequence)
         if settled is not None:
             return admission.Answer(settled)
-        # A lost race re-derives from the winner, where our own request may already be (§11.1).
+        # A lost race re-derives from the winner, where our own request may already be (LA §11.1).
         return admission.Append(
             _fault_candidate(head, publisher, request_sequence), Active(), Active()
         )
@@ -135,7 +135,7 @@ async def record_recovery_fault(
 def _settled_without_write(
     head: LeaderAuthorityRecord, publisher: RecoveryFaultPublisher, request_sequence: int
 ) -> RecordRecoveryFaultResult | None:
-    """§4.6.1 step 2: the answer when the head's slot already decides it, None to append."""
+    """LA §4.6.1 step 2: the answer when the head's slot already decides it, None to append."""
     node = publisher.participant.node_id
     slot = fault_slot_of(head.recovery_fault_slots, node)
     if slot is None:
@@ -159,12 +159,12 @@ def _settled_without_write(
 def _fault_candidate(
     head: LeaderAuthorityRecord, publisher: RecoveryFaultPublisher, request_sequence: int
 ) -> LeaderAuthorityRecord:
-    """§4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
+    """LA §4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
     with fault_sequence = revision = the new sequence."""
-    # §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
+    # LA §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
     record = admission.successor(head)
     seq = record.lease.seq
-    # S17: the fault sequence is the admitting sequence, so it is never reused.
+    # LA-16: the fault sequence is the admitting sequence, so it is never reused.
     slot = AuthorityRecoveryFaultSlot(
         publisher=publisher, request_sequence=request_sequence, fault_sequence=seq, active=True
     )

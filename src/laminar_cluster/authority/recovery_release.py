@@ -1,14 +1,14 @@
-"""Recovery release through the leader authority log (spec_leader_lease §3.8, §4.6.3-§4.6.9;
-invariants S5, S17, S18, S19; quirks §11.1, §11.13).
+"""Recovery release through the leader authority log (LA §3.8, LA §4.6.3 to LA §4.6.9;
+invariants LA-5, LA-16; quirks LA §11.1, LA §11.13).
 
 * `record_recovery_release_commit`: admit a staged terminal under the exact term that froze its
-  round, only while the fault inventory still equals the round's frozen one (S17:
+  round, only while the fault inventory still equals the round's frozen one (LA-16:
   `FaultsChanged` otherwise). The winner check (an existing release head with this terminal or
   a generation >= ours) comes BEFORE the proof check, so a deposed term's retry still learns
-  that its release is durable (§11.13). The covered slots that the round stopped (same node and
+  that its release is durable (LA §11.13). The covered slots that the round stopped (same node and
   boot) become tombstones; every other slot is dropped.
 * `authorize_recovery_release`: may this exact process treat its fault as cleared by this exact
-  terminal (S18)?
+  terminal (LA-16)?
 * `recovery_admission_snapshot` / `recovery_admission_is_current` /
   `latest_recovery_release_terminal`: bounded re-checked reads (4 attempts).
 
@@ -99,14 +99,14 @@ class ReleaseUnchanged:
 
 @dataclass(frozen=True)
 class ReleaseConflict:
-    """Another terminal of the same or a higher generation is the durable release head (S19)."""
+    """Another terminal of the same or a higher generation is the durable release head (LA-16)."""
 
     winner: RecoveryReleaseTerminalRef
 
 
 @dataclass(frozen=True)
 class FaultsChanged:
-    """The fault inventory moved after the round was frozen: nothing was committed (S17)."""
+    """The fault inventory moved after the round was frozen: nothing was committed (LA-16)."""
 
 
 RecordRecoveryReleaseCommitResult = (
@@ -116,7 +116,7 @@ RecordRecoveryReleaseCommitResult = (
 
 @dataclass(frozen=True)
 class RecoveryAdmissionSnapshot:
-    """Evidence, not authority (§4.6.7): the committed release terminal (if any), the fault
+    """Evidence, not authority (LA §4.6.7): the committed release terminal (if any), the fault
     inventory and authority sequence it was re-checked at, and the release head."""
 
     committed_release: RecoveryAnnouncement | None
@@ -132,12 +132,12 @@ async def record_recovery_release_commit(
     *,
     deadline: float,
 ) -> RecordRecoveryReleaseCommitResult:
-    """Admit the staged terminal `ref` under `proof` (§4.6.5). Raises Fenced when the proof is
+    """Admit the staged terminal `ref` under `proof` (LA §4.6.5). Raises Fenced when the proof is
     not the round's or not the current term's, or there is no authority head."""
     what = "recovery release commit"
     async with within_deadline(authority.clock, deadline, what):
         terminal = await load_recovery_release_terminal(authority, ref)  # validates the ref
-    # S5: only the exact term that froze the round may commit its release.
+    # LA-5: only the exact term that froze the round may commit its release.
     if terminal.round.leader_proof != proof or not proof_is_canonical(proof):
         raise Fenced(f"{what}: the proof is not the recovery round's leader proof")
     frozen = RecoveryFaultInventory(
@@ -147,12 +147,12 @@ async def record_recovery_release_commit(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[RecordRecoveryReleaseCommitResult]:
-        # §11.13: the winner check precedes the proof check.
+        # LA §11.13: the winner check precedes the proof check.
         settled = await _settled_by_release_head(authority, head, ref)
         if settled is not None:
             return admission.Answer(settled)
-        require_term()  # S5: admitted only right after a record of the proof's exact term
-        if fault_inventory_of(head) != frozen:  # S17: only the exact fault set it froze
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
+        if fault_inventory_of(head) != frozen:  # LA-16: only the exact fault set it froze
             return admission.Answer(FaultsChanged())
         created = ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
         return admission.Append(_release_candidate(head, terminal, proof, ref), created, created)
@@ -165,7 +165,7 @@ async def record_recovery_release_commit(
 async def _settled_by_release_head(
     authority: LeaderLeaseStore, record: LeaderAuthorityRecord, ref: RecoveryReleaseTerminalRef
 ) -> ReleaseUnchanged | ReleaseConflict | None:
-    """S19: releases are monotone by generation, one terminal per generation. A release head
+    """LA-16: releases are monotone by generation, one terminal per generation. A release head
     with this terminal, or with a generation >= ours, settles the call; its blob is revalidated
     first."""
     link = record.recovery_release_head
@@ -185,9 +185,9 @@ def _release_candidate(
     proof: LeaderProof,
     ref: RecoveryReleaseTerminalRef,
 ) -> LeaderAuthorityRecord:
-    """§4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
+    """LA §4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
     (same node and boot) become tombstones, every other slot is dropped."""
-    record = admission.successor(head)  # §3.3: liveness identity unchanged
+    record = admission.successor(head)  # LA §3.3: liveness identity unchanged
     seq = record.lease.seq
     round_ = terminal.round
     tombstones = tuple(
@@ -199,7 +199,7 @@ def _release_candidate(
     )
     return msgspec.structs.replace(
         record,
-        recovery_fault_revision=seq,  # S17: the release changed the slot set at seq
+        recovery_fault_revision=seq,  # LA-16: the release changed the slot set at seq
         recovery_fault_slots=tombstones,
         recovery_release_commit=AuthorityRecoveryReleaseCommit(terminal=ref, leader_proof=proof),
         recovery_release_head=RecoveryReleaseLink(sequence=seq, terminal=ref),
@@ -209,7 +209,7 @@ def _release_candidate(
 async def authorize_recovery_release(
     authority: LeaderLeaseStore, clearer: RecoveryFaultPublisher, terminal: RecoveryAnnouncement
 ) -> bool:
-    """Read-only (§4.6.6, S18): true iff `terminal` is the current release head, the inventory
+    """Read-only (LA §4.6.6, LA-16): true iff `terminal` is the current release head, the inventory
     is settled by it with no active fault, and `clearer`'s exact fault (publisher and
     fault_sequence) is a tombstone of it; a node the round covers no fault of may resume iff it
     has no active slot."""
@@ -240,7 +240,7 @@ async def authorize_recovery_release(
 async def _terminal_from(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord, link: RecoveryReleaseLink
 ) -> RecoveryAnnouncement:
-    """The terminal of `link`, fetched through its admission record (§4.6.7 step 2)."""
+    """The terminal of `link`, fetched through its admission record (LA §4.6.7 step 2)."""
     key = record_path(link.sequence)
     admitting = await read_record_from(authority.store, head, link.sequence)
     if admitting is None:
@@ -269,7 +269,7 @@ async def _terminal_from(
 
 async def recovery_admission_snapshot(authority: LeaderLeaseStore) -> RecoveryAdmissionSnapshot:
     """The committed release and the fault inventory, re-checked against a second head read
-    (§4.6.7; up to 4 attempts, then StoreUnavailable). Fenced without a head."""
+    (LA §4.6.7; up to 4 attempts, then StoreUnavailable). Fenced without a head."""
     what = "recovery admission snapshot"
     for attempt in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         if attempt:
@@ -308,7 +308,7 @@ async def recovery_admission_is_current(
     authority: LeaderLeaseStore, snapshot: RecoveryAdmissionSnapshot, proof: LeaderProof
 ) -> bool:
     """True iff `proof` is the current term, the head is not older than the snapshot, the
-    release head and inventory are unchanged, and no fault is active (§4.6.8). Called right
+    release head and inventory are unchanged, and no fault is active (LA §4.6.8). Called right
     before reopening intake: a takeover makes it false for the old proof."""
     record = await _require_record(authority, "recovery admission check")
     inventory = fault_inventory_of(record)
@@ -324,7 +324,7 @@ async def recovery_admission_is_current(
 async def latest_recovery_release_terminal(
     authority: LeaderLeaseStore,
 ) -> RecoveryAnnouncement | None:
-    """The terminal of the current release head, or None (§4.6.9; up to 4 attempts)."""
+    """The terminal of the current release head, or None (LA §4.6.9; up to 4 attempts)."""
     for attempt in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         if attempt:
             await authority.clock.sleep(0)

@@ -1,11 +1,11 @@
-"""Recovery rounds, release ids and content-addressed release terminals (spec_leader_lease §2.1,
-§2.6, §3.8, §4.6.3, §4.6.4, §8.7; invariants S19, S21).
+"""Recovery rounds, release ids and content-addressed release terminals (LA §2.1,
+LA §2.6, LA §3.8, LA §4.6.3, LA §4.6.4, LA §8.7; invariants LA-16, LA-11).
 
 A **terminal** is a `RecoveryAnnouncement` in phase `release_committed{epoch}`, stored once at
 `control/recovery-release-terminals/v2/generation={gen:020}/sha256={hex}.json` (Create; an
 existing object is fine, but it is read back and must equal the proposal). Its ref is
 `{release id of the same round in phase release{epoch}, sha256 of the canonical bytes,
-encoded_len}`. Every read revalidates the blob against its ref (S21: the blob is not trusted
+encoded_len}`. Every read revalidates the blob against its ref (LA-11: the blob is not trusted
 merely because a ref exists).
 
 **Release ids** (`release_id_for`, the spec's `RecoveryReleaseId::for_pending`, whose owning
@@ -24,7 +24,7 @@ The label (with its trailing NUL) separates this digest from every other SHA-256
 computes over canonical JSON, so a round digest can never be confused with a record or blob
 address. Changing the announcement's record layout or the label means a new protocol version.
 
-**Round validity** (§8.7, `RecoveryRound::validate`): generation, driver nonzero and a canonical
+**Round validity** (LA §8.7, `RecoveryRound::validate`): generation, driver nonzero and a canonical
 nonce; a canonical leader proof whose node is the driver, and the driver an owner of the
 canonical assignment fence with the proof's boot; fault_revision >= 1; faults non-empty,
 strictly sorted by reporter, each sequence in 1..=fault_revision; evidence participants strictly
@@ -100,7 +100,7 @@ def stopped_participant_incarnation(round_: RecoveryRound, node_id: int) -> str 
 
 
 def validate_round(round_: RecoveryRound) -> None:
-    """§8.7 `RecoveryRound::validate` without the size bound (see `validate_announcement`)."""
+    """LA §8.7 `RecoveryRound::validate` without the size bound (see `validate_announcement`)."""
     round_id, proof, fence = round_.id, round_.leader_proof, round_.assignment_fence
     if round_id.generation == 0 or round_id.driver == 0:
         raise ShapeViolation(
@@ -166,7 +166,7 @@ def _check_evidence(round_: RecoveryRound) -> None:
 
 
 def validate_announcement(announcement: RecoveryAnnouncement) -> None:
-    """The round is valid and its largest terminal encoding fits in 256 KiB (§8.7)."""
+    """The round is valid and its largest terminal encoding fits in 256 KiB (LA §8.7)."""
     validate_round(announcement.round)
     largest = RecoveryAnnouncement(
         version=RECOVERY_ANNOUNCEMENT_VERSION,
@@ -241,7 +241,7 @@ def terminal_path(ref: RecoveryReleaseTerminalRef) -> str:
 async def stage_recovery_release_terminal(
     authority: LeaderLeaseStore, terminal: RecoveryAnnouncement
 ) -> RecoveryReleaseTerminalRef:
-    """Store `terminal` at its content address and return its ref (§4.6.3). An existing object
+    """Store `terminal` at its content address and return its ref (LA §4.6.3). An existing object
     is fine if it reads back as exactly this terminal; different content is a CorruptRecord."""
     data, ref = encode_terminal(terminal)
     key = terminal_path(ref)
@@ -270,16 +270,16 @@ async def stage_recovery_release_terminal(
 async def load_recovery_release_terminal(
     authority: LeaderLeaseStore, ref: RecoveryReleaseTerminalRef
 ) -> RecoveryAnnouncement:
-    """The terminal `ref` names, revalidated on every read (§4.6.4, S19, S21): metadata size and
-    body length equal encoded_len, strict canonical decode, a valid release_committed terminal,
-    and the recomputed ref equal to `ref`."""
+    """The terminal `ref` names, revalidated on every read (LA §4.6.4, LA-16, LA-11): metadata
+    size and body length equal encoded_len, strict canonical decode, a valid release_committed
+    terminal, and the recomputed ref equal to `ref`."""
     with writing(f"{_TERMINAL} reference"):
         validate_release_ref(ref)
     key = terminal_path(ref)
     body = await read_content_addressed(
         authority.store, key, what=f"{_TERMINAL} {ref.sha256}", expected_len=ref.encoded_len
     )
-    # S21: strict parse and canonical bytes (codec), then every terminal rule.
+    # LA-11: strict parse and canonical bytes (codec), then every terminal rule.
     terminal = decode(body, RecoveryAnnouncement, key=key, max_bytes=ref.encoded_len)
     with reading(key):
         release = _terminal_release_id(terminal)

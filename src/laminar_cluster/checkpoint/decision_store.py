@@ -1,4 +1,5 @@
-"""`DecisionStore`: the checkpoint decision store of one namespace (spec_checkpoint_decision).
+"""`DecisionStore`: the checkpoint decision store of one namespace
+(docs/protocols/checkpoint-decisions.md).
 
 Construction performs no I/O. Every operation first loads (or creates) the deployment identity.
 The operations live in one module each; this class holds the instance state and names them.

@@ -1,4 +1,4 @@
-"""Result types of the leader authority's operations (spec_leader_lease §3.11).
+"""Result types of the leader authority's operations (LA §3.11).
 
 Expected race results are values, not errors (STYLE.md): `Acquired | Held` for lease
 operations, `Created | ExistingIdentical | Contended` for appends.
