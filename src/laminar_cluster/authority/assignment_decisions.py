@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from laminar_cluster.authority import admission
 from laminar_cluster.authority.assignment_chain import (
@@ -41,6 +41,7 @@ from laminar_cluster.authority.assignment_chain import (
     decision_record,
     prune_assignment_drain_decisions_before,
 )
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
@@ -49,7 +50,6 @@ from laminar_cluster.errors import (
     DeadlineExceeded,
     Fenced,
     InvalidArgument,
-    InventoryChanged,
     LaminarError,
     Refused,
     StoreUnavailable,
@@ -93,10 +93,6 @@ __all__ = [
     "record_assignment_drain_decision",
     "record_assignment_recovery_decision",
 ]
-
-# Exact reads retry a walk that lost a record to a concurrent history prune (as LA §4.4.2 does for
-# outcome lookups); each retry re-reads the head, whose floor then excludes the pruned record.
-DECISION_READ_ATTEMPTS: Final = 3
 
 T = TypeVar("T")
 D = TypeVar("D", AssignmentDrainDecision, AssignmentRecoveryDecision)
@@ -369,12 +365,7 @@ async def assignment_drain_decision(
 ) -> AssignmentDrainDecision | None:
     """The drain decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a recovery decision settled that version."""
-    found = await _decision_at(authority, target_version)
-    if found is None:
-        return None
-    if not isinstance(found[1], AssignmentDrainDecision):
-        raise Refused(f"target version {target_version} was settled by assignment recovery")
-    return found[1]
+    return await _decision_at(authority, target_version, AssignmentDrainDecision)
 
 
 async def assignment_recovery_decision(
@@ -382,12 +373,7 @@ async def assignment_recovery_decision(
 ) -> AssignmentRecoveryDecision | None:
     """The recovery decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a drain decision settled that version."""
-    found = await _decision_at(authority, target_version)
-    if found is None:
-        return None
-    if not isinstance(found[1], AssignmentRecoveryDecision):
-        raise Refused(f"target version {target_version} was settled by assignment drain")
-    return found[1]
+    return await _decision_at(authority, target_version, AssignmentRecoveryDecision)
 
 
 async def materialize_assignment_recovery(
@@ -416,22 +402,24 @@ async def materialize_assignment_recovery(
     )
 
 
-async def _decision_at(authority: LeaderLeaseStore, target_version: int) -> AuditedDecision | None:
-    """The audited decision at `target_version` of the published head, or None."""
+async def _decision_at(authority: LeaderLeaseStore, target_version: int, kind: type[D]) -> D | None:
+    """The audited decision of `kind` at `target_version` of the published head, or None;
+    Refused when the other kind settled that version (LA-15)."""
     if target_version <= 0:
         raise InvalidArgument(
             f"assignment decision target version must be nonzero, not {target_version}"
         )
-    for attempt in range(1, DECISION_READ_ATTEMPTS + 1):
-        head_record = await authority.load_record()
-        if head_record is None:
+
+    async def read(head: LeaderAuthorityRecord | None) -> AuthorityAssignmentDecision | None:
+        if head is None:
             return None
-        check_decision_floor(head_record, target_version)
-        try:
-            audited = await audit_assignment_decisions(authority, head_record)
-        except InventoryChanged:
-            if attempt == DECISION_READ_ATTEMPTS:
-                raise
-            continue
-        return next((entry for entry in audited if entry[1].target_version == target_version), None)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+        check_decision_floor(head, target_version)
+        audited = await audit_assignment_decisions(authority, head)
+        return next((d for _, d in audited if d.target_version == target_version), None)
+
+    found = await read_head_retrying(authority, read)
+    if found is None or isinstance(found, kind):
+        return found
+    raise Refused(
+        f"target version {target_version} was settled by assignment {_kind_name(type(found))}"
+    )

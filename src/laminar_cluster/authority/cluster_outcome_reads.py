@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from laminar_cluster.authority import admission
 from laminar_cluster.authority.cluster_outcome_floors import (
@@ -38,6 +38,7 @@ from laminar_cluster.authority.outcome_audit import (
     ends_at_anchor,
     read_linked_outcome,
 )
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.capsule import reference_path
 from laminar_cluster.checkpoint.capsule_gc import RecoveryCapsuleGcStep
 from laminar_cluster.checkpoint.records import (
@@ -45,14 +46,12 @@ from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     ClusterRecoveryCapsule,
 )
-from laminar_cluster.errors import CorruptRecord, Fenced, InventoryChanged, Refused
+from laminar_cluster.errors import CorruptRecord, Fenced, Refused
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.records import AuthorityOutcomeFloor, LeaderAuthorityRecord
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
-
-READ_ATTEMPTS: Final = 3  # LA §4.4.2: reads retry a record vanishing mid-walk (InventoryChanged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +101,11 @@ def at_epoch(outcomes: tuple[CheckpointOutcome, ...], epoch: int) -> CheckpointO
 
 async def cluster_outcome(authority: LeaderLeaseStore, epoch: int) -> CheckpointOutcome | None:
     """The live outcome of `epoch` (LA §4.4.2); None if unresolved or compacted, never abort."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
-        if head is None:
-            return None
-        try:
-            return await _outcome_at(authority, head, epoch)
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def read(head: LeaderAuthorityRecord | None) -> CheckpointOutcome | None:
+        return None if head is None else await _outcome_at(authority, head, epoch)
+
+    return await read_head_retrying(authority, read)
 
 
 async def _outcome_at(
@@ -237,19 +229,16 @@ async def _audited(
     authority: LeaderLeaseStore,
 ) -> tuple[LeaderAuthorityRecord | None, tuple[CheckpointOutcome, ...]]:
     """The head and its full audited outcome list (anchors included); 3 tries (LA §4.4.2)."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
+
+    async def read(
+        head: LeaderAuthorityRecord | None,
+    ) -> tuple[LeaderAuthorityRecord | None, tuple[CheckpointOutcome, ...]]:
         if head is None:
             audit_cache(authority).clear()
             return None, ()
-        try:
-            return head, (await cached_audit(authority, head)).outcomes
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+        return head, (await cached_audit(authority, head)).outcomes
+
+    return await read_head_retrying(authority, read)
 
 
 async def cluster_outcome_inventory(authority: LeaderLeaseStore) -> ClusterOutcomeInventory:

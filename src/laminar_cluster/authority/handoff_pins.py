@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Final
 
 from laminar_cluster.authority.assignment_chain import live_decisions_newest_first
 from laminar_cluster.authority.outcome_audit import cached_audit
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.records import CheckpointOutcome, RecoveryCapsuleRef
-from laminar_cluster.errors import InventoryChanged
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
@@ -72,8 +72,6 @@ __all__ = [
     "handoff_pin_at",
     "rollback_fence",
 ]
-
-READ_ATTEMPTS: Final = 3  # as the outcome reads: retry a record vanishing mid-walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,19 +102,14 @@ def rollback_fence(decision: AssignmentDrainDecision) -> CheckpointAssignmentFen
 
 async def assignment_handoff_pin(authority: LeaderLeaseStore) -> HandoffPin | None:
     """The active pin of the published head, or None (no decision, no candidate, or consumed)."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
+
+    async def read(head: LeaderAuthorityRecord | None) -> HandoffPin | None:
         if head is None or not _has_decision(head):
             return None  # no decision: no pin, and no outcome audit needed
-        try:
-            outcomes = (await cached_audit(authority, head)).outcomes
-            return await handoff_pin_at(authority, head, outcomes)
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+        outcomes = (await cached_audit(authority, head)).outcomes
+        return await handoff_pin_at(authority, head, outcomes)
+
+    return await read_head_retrying(authority, read)
 
 
 async def assignment_handoff_checkpoint(
