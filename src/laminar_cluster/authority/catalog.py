@@ -26,18 +26,13 @@ from dataclasses import dataclass
 import msgspec
 
 from laminar_cluster.authority import admission
+from laminar_cluster.authority.blobs import create_and_read_back
 from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.codec import decode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
-    LaminarError,
-    ObjectAlreadyExists,
-    PreconditionFailed,
     Refused,
-    StoreError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -49,7 +44,6 @@ from laminar_cluster.lease.records import (
     LeaderAuthorityRecord,
 )
 from laminar_cluster.lease.validate import validate_catalog_manifest, validate_catalog_ref
-from laminar_cluster.store import CREATE
 
 _MANIFEST = "catalog manifest"
 
@@ -181,23 +175,11 @@ async def _already_sealed(
 async def _ensure_blob(authority: LeaderLeaseStore, data: bytes, ref: CatalogManifestRef) -> None:
     """Create the content-addressed blob (an existing one is fine) and read it back: its bytes
     must equal the proposal exactly (LA §4.7 step 5)."""
+
+    async def stored_bytes() -> bytes:
+        return (await _read_blob(authority, ref))[1]
+
     key = catalog_manifest_path(ref.sha256)
-    put_error: LaminarError | None = None
-    try:
-        await authority.store.put(key, data, CREATE)
-    except (ObjectAlreadyExists, PreconditionFailed):
-        pass  # content-addressed: whatever is there is read back and compared below
-    except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
-        put_error = error
-    try:
-        _, stored = await _read_blob(authority, ref)
-    except LaminarError as error:
-        if put_error is None:
-            raise
-        raise StoreUnavailable(
-            f"{key}: {_MANIFEST} write failed ({put_error}); reconciliation failed ({error})"
-        ) from error
-    if stored != data:
-        raise CorruptRecord(
-            f"{key}: {_MANIFEST} blob {ref.sha256} differs from the proposed content", key=key
-        )
+    await create_and_read_back(
+        authority.store, key, data, stored_bytes, data, what=f"{_MANIFEST} blob {ref.sha256}"
+    )

@@ -35,10 +35,9 @@ from laminar_cluster.authority.prune_batches import (
     prune_release_terminals,
     wall_now_ms,
 )
-from laminar_cluster.authority.recovery_terminal import load_recovery_release_terminal
+from laminar_cluster.authority.recovery_terminal import admitted_terminal
 from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument, Refused
 from laminar_cluster.lease.limits import LEADER_LEASE_PRUNE_TIMEOUT_S
-from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord, RecoveryReleaseTerminalRef
 from laminar_cluster.lease.term import ttl_ms_of
@@ -227,31 +226,7 @@ async def _retained_release_admission(
     link = head.recovery_release_head
     if link is None:
         return None
-    key = record_path(link.sequence)
-    admission = await read_record_from(authority.store, head, link.sequence)
-    if admission is None:
-        raise CorruptRecord(
-            f"{key}: retained recovery release authority link is broken: no admission record",
-            key=key,
-        )
-    commit = admission.recovery_release_commit
-    if (
-        admission.recovery_release_head != link
-        or commit is None
-        or commit.terminal != link.terminal
-    ):
-        raise CorruptRecord(f"{key}: retained recovery release authority link is broken", key=key)
-    if admission.lease.seq != link.sequence:
-        raise CorruptRecord(
-            f"{key}: recovery release admission sequence {admission.lease.seq} does not match "
-            f"its retained link {link.sequence}",
-            key=key,
-        )
-    terminal = await load_recovery_release_terminal(authority, link.terminal)
-    if terminal.round.leader_proof != commit.leader_proof:
-        raise CorruptRecord(
-            f"{key}: retained recovery release terminal does not match its admission", key=key
-        )
+    await admitted_terminal(authority, head, link)
     return link.sequence, link.terminal
 
 

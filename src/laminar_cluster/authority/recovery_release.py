@@ -31,6 +31,7 @@ from laminar_cluster.authority.recovery_faults import (
     fault_slot_of,
 )
 from laminar_cluster.authority.recovery_terminal import (
+    admitted_terminal,
     encode_terminal,
     fault_sequence,
     load_recovery_release_terminal,
@@ -44,12 +45,10 @@ from laminar_cluster.authority.recovery_terminal import (
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import CorruptRecord, Fenced, LaminarError, StoreUnavailable
+from laminar_cluster.errors import Fenced, LaminarError, StoreUnavailable
 from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LEASE_HEAD_READ_ATTEMPTS
-from laminar_cluster.lease.log import read_record_from
-from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AuthorityRecoveryReleaseCommit,
     LeaderAuthorityRecord,
@@ -237,36 +236,6 @@ async def authorize_recovery_release(
     )
 
 
-async def _terminal_from(
-    authority: LeaderLeaseStore, head: LeaderAuthorityRecord, link: RecoveryReleaseLink
-) -> RecoveryAnnouncement:
-    """The terminal of `link`, fetched through its admission record (LA §4.6.7 step 2)."""
-    key = record_path(link.sequence)
-    admitting = await read_record_from(authority.store, head, link.sequence)
-    if admitting is None:
-        raise CorruptRecord(
-            f"{key}: recovery release admission is missing from retained authority history",
-            key=key,
-        )
-    commit = admitting.recovery_release_commit
-    if (
-        commit is None
-        or commit.terminal != link.terminal
-        or admitting.recovery_release_head != link
-    ):
-        raise CorruptRecord(
-            f"{key}: recovery release head does not match its admitting authority record", key=key
-        )
-    terminal = await load_recovery_release_terminal(authority, link.terminal)
-    if terminal.round.leader_proof != commit.leader_proof:
-        blob = terminal_path(link.terminal)
-        raise CorruptRecord(
-            f"{blob}: recovery release terminal does not match its admitting leader proof",
-            key=blob,
-        )
-    return terminal
-
-
 async def recovery_admission_snapshot(authority: LeaderLeaseStore) -> RecoveryAdmissionSnapshot:
     """The committed release and the fault inventory, re-checked against a second head read
     (LA §4.6.7; up to 4 attempts, then StoreUnavailable). Fenced without a head."""
@@ -348,7 +317,7 @@ async def _fetch(
 ) -> RecoveryAnnouncement | LaminarError:
     """The terminal, or the error fetching it (surfaced only once the head is re-checked)."""
     try:
-        return await _terminal_from(authority, head, link)
+        return await admitted_terminal(authority, head, link)
     except LaminarError as error:
         return error
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from laminar_cluster.authority.blobs import create_and_read_back
 from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.codec import decode, encode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import ShapeViolation, reading, writing
@@ -48,28 +49,24 @@ from laminar_cluster.codec.types import U64_MAX
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,
-    LaminarError,
-    ObjectAlreadyExists,
-    PreconditionFailed,
-    StoreError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import fence_is_canonical, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_RECOVERY_RELEASE_TERMINAL_BYTES
-from laminar_cluster.lease.paths import release_terminal_path
+from laminar_cluster.lease.log import read_record_from
+from laminar_cluster.lease.paths import record_path, release_terminal_path
 from laminar_cluster.lease.records import (
+    LeaderAuthorityRecord,
     PhaseRelease,
     PhaseReleaseCommitted,
     RecoveryAnnouncement,
     RecoveryReleaseId,
+    RecoveryReleaseLink,
     RecoveryReleaseTerminalRef,
     RecoveryRound,
 )
 from laminar_cluster.lease.validate import validate_release_ref
 from laminar_cluster.lease.validate_decisions import uuid_is_canonical
-from laminar_cluster.store import CREATE
 
 RECOVERY_RELEASE_PROTOCOL_VERSION: Final = 1
 RELEASE_ROUND_DIGEST_LABEL: Final = b"laminar-cluster/recovery-release-round/v1\x00"
@@ -244,26 +241,14 @@ async def stage_recovery_release_terminal(
     """Store `terminal` at its content address and return its ref (LA §4.6.3). An existing object
     is fine if it reads back as exactly this terminal; different content is a CorruptRecord."""
     data, ref = encode_terminal(terminal)
-    key = terminal_path(ref)
-    put_error: LaminarError | None = None
-    try:
-        await authority.store.put(key, data, CREATE)
-    except (ObjectAlreadyExists, PreconditionFailed):
-        pass  # content-addressed: whatever is there is read back and compared below
-    except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
-        put_error = error  # settled by the read-back, which may find our write applied
-    try:
-        stored = await load_recovery_release_terminal(authority, ref)
-    except LaminarError as error:
-        if put_error is None:
-            raise
-        raise StoreUnavailable(
-            f"{key}: {_TERMINAL} write failed ({put_error}); reconciliation failed ({error})"
-        ) from error
-    if stored != terminal:
-        raise CorruptRecord(
-            f"{key}: {_TERMINAL} {ref.sha256} differs from the proposed content", key=key
-        )
+    await create_and_read_back(
+        authority.store,
+        terminal_path(ref),
+        data,
+        lambda: load_recovery_release_terminal(authority, ref),
+        terminal,
+        what=f"{_TERMINAL} {ref.sha256}",
+    )
     return ref
 
 
@@ -290,5 +275,38 @@ async def load_recovery_release_terminal(
         raise CorruptRecord(
             f"{key}: {_TERMINAL} {ref.sha256} does not match its content-addressed reference",
             key=key,
+        )
+    return terminal
+
+
+async def admitted_terminal(
+    authority: LeaderLeaseStore, head: LeaderAuthorityRecord, link: RecoveryReleaseLink
+) -> RecoveryAnnouncement:
+    """The terminal of release head `link`, fetched through the record that admitted it (LA §4.6.7
+    step 2, LA §4.8.2 step 2): that record must carry the same terminal in its commit and a
+    release head equal to `link`, and the blob's round must carry the commit's leader proof;
+    CorruptRecord otherwise (LA-11)."""
+    key = record_path(link.sequence)
+    admitting = await read_record_from(authority.store, head, link.sequence)
+    if admitting is None:
+        raise CorruptRecord(
+            f"{key}: recovery release admission is missing from retained authority history",
+            key=key,
+        )
+    commit = admitting.recovery_release_commit
+    if (
+        commit is None
+        or commit.terminal != link.terminal
+        or admitting.recovery_release_head != link
+    ):
+        raise CorruptRecord(
+            f"{key}: recovery release head does not match its admitting authority record", key=key
+        )
+    terminal = await load_recovery_release_terminal(authority, link.terminal)
+    if terminal.round.leader_proof != commit.leader_proof:
+        blob = terminal_path(link.terminal)
+        raise CorruptRecord(
+            f"{blob}: recovery release terminal does not match its admitting leader proof",
+            key=blob,
         )
     return terminal
