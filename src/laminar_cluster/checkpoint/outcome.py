@@ -15,6 +15,8 @@ is re-exported here, where the facade looks for it.
 
 from __future__ import annotations
 
+from typing import Required, TypedDict, Unpack
+
 from laminar_cluster.checkpoint import capsule
 from laminar_cluster.checkpoint.context import DecisionContext
 from laminar_cluster.checkpoint.floor import current_floor
@@ -56,6 +58,7 @@ from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.store import CREATE
 
 __all__ = [
+    "OutcomeRequest",
     "audited_outcomes",
     "canonical_outcome",
     "highest_terminal_outcome",
@@ -69,34 +72,42 @@ __all__ = [
 OUTCOME_WHAT = "checkpoint outcome"
 
 
+class OutcomeRequest(TypedDict, total=False):
+    """The outcome a caller proposes (keyword arguments of `canonical_outcome` and
+    `record_outcome`): the attempt, its scope and verdict, and for a cluster outcome the fence,
+    the leader proof and (for a Commit) the recovery capsule."""
+
+    epoch: Required[int]
+    checkpoint_id: Required[int]
+    scope: Required[CheckpointScope]
+    verdict: Required[CheckpointVerdict]
+    assignment_fence: CheckpointAssignmentFence | None
+    leader_proof: LeaderProof | None
+    recovery_capsule: RecoveryCapsuleRef | None
+
+
 async def canonical_outcome(
-    ctx: DecisionContext,
-    *,
-    epoch: int,
-    checkpoint_id: int,
-    scope: CheckpointScope,
-    verdict: CheckpointVerdict,
-    assignment_fence: CheckpointAssignmentFence | None,
-    leader_proof: LeaderProof | None,
-    recovery_capsule: RecoveryCapsuleRef | None,
+    ctx: DecisionContext, **request: Unpack[OutcomeRequest]
 ) -> CheckpointOutcome:
     """A version-2 outcome of the current deployment, validated (CD §3.3); InvalidArgument if not.
 
     With a capsule reference the capsule is loaded and must match (CD §4.10); a local outcome
     carrying one fails the shape rules first, before any capsule I/O.
     """
+    epoch = request["epoch"]
     check_epoch(epoch)
-    check_epoch(checkpoint_id, "checkpoint_id")
+    check_epoch(request["checkpoint_id"], "checkpoint_id")
+    recovery_capsule = request.get("recovery_capsule")
     candidate = CheckpointOutcome(
         version=2,
-        scope=scope,
+        scope=request["scope"],
         epoch=epoch,
-        checkpoint_id=checkpoint_id,
+        checkpoint_id=request["checkpoint_id"],
         deployment_id=await load_or_create_deployment_id(ctx),
-        assignment_fence=assignment_fence,
-        leader_proof=leader_proof,
+        assignment_fence=request.get("assignment_fence"),
+        leader_proof=request.get("leader_proof"),
         recovery_capsule=recovery_capsule,
-        verdict=verdict,
+        verdict=request["verdict"],
     )
     what = f"{outcome_path(epoch)}: {OUTCOME_WHAT}"
     # Types and size first: a value that does not survive its own encoding is never compared.
@@ -109,31 +120,14 @@ async def canonical_outcome(
 
 
 async def record_outcome(
-    ctx: DecisionContext,
-    *,
-    epoch: int,
-    checkpoint_id: int,
-    scope: CheckpointScope,
-    verdict: CheckpointVerdict,
-    assignment_fence: CheckpointAssignmentFence | None,
-    leader_proof: LeaderProof | None,
-    recovery_capsule: RecoveryCapsuleRef | None,
+    ctx: DecisionContext, **request: Unpack[OutcomeRequest]
 ) -> RecordOutcomeResult:
     """Create the one local outcome of `epoch`, or report the durable winner (CD §4.4)."""
-    if scope is CheckpointScope.CLUSTER:
+    if request["scope"] is CheckpointScope.CLUSTER:
         raise InvalidArgument(
             "cluster outcomes must be admitted through the shared leader authority"
         )
-    candidate = await canonical_outcome(
-        ctx,
-        epoch=epoch,
-        checkpoint_id=checkpoint_id,
-        scope=scope,
-        verdict=verdict,
-        assignment_fence=assignment_fence,
-        leader_proof=leader_proof,
-        recovery_capsule=recovery_capsule,
-    )
+    candidate = await canonical_outcome(ctx, **request)
     await _ensure_not_tombstoned(ctx, candidate)
     result = await _create_outcome(ctx, candidate)
     # CD-8: a floor published while the create was in flight wins; the raw object it may have left
