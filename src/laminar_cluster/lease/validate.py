@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from laminar_cluster.codec import decode, encode_checked, is_sha256_hex
+from laminar_cluster.codec import decode, encode_checked
 from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
@@ -52,6 +52,7 @@ from laminar_cluster.lease.validate_chains import (
     validate_release_ref,
 )
 from laminar_cluster.lease.validate_decisions import (
+    check_content_address,
     drain_transition_is_canonical,
     process_fence_is_canonical,
     uuid_is_canonical,
@@ -135,15 +136,9 @@ def validate_catalog_ref(ref: CatalogManifestRef) -> None:
     """LA §3.2: version 1, 64 lowercase hex, encoded_len 1..=8 MiB, entry_count <= 4096."""
     if ref.version != 1:
         raise ShapeViolation(f"catalog manifest reference version {ref.version} is not 1")
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(
-            f"catalog manifest reference sha256 {ref.sha256[:80]!r} is not 64 lowercase hex"
-        )
-    if not 1 <= ref.encoded_len <= MAX_CATALOG_MANIFEST_BYTES:
-        raise ShapeViolation(
-            f"catalog manifest reference encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_CATALOG_MANIFEST_BYTES}"
-        )
+    check_content_address(
+        "catalog manifest reference", ref.sha256, ref.encoded_len, MAX_CATALOG_MANIFEST_BYTES
+    )
     if ref.entry_count > MAX_CATALOG_ENTRIES:
         raise ShapeViolation(
             f"catalog manifest reference entry_count {ref.entry_count} exceeds "

@@ -33,6 +33,7 @@ from laminar_cluster.lease.records import (
     RecoveryReleaseTerminalRef,
 )
 from laminar_cluster.lease.validate_decisions import (
+    check_content_address,
     uuid_is_canonical,
     validate_assignment_decision,
 )
@@ -77,13 +78,9 @@ def validate_release_ref(ref: RecoveryReleaseTerminalRef) -> None:
         validate_release_id(ref.release)
     except ShapeViolation as violation:
         raise ShapeViolation(f"{phrase}: {violation}") from None
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(f"{phrase}: sha256 {ref.sha256[:80]!r} is not 64 lowercase hex")
-    if not 1 <= ref.encoded_len <= MAX_RECOVERY_RELEASE_TERMINAL_BYTES:
-        raise ShapeViolation(
-            f"{phrase}: encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_RECOVERY_RELEASE_TERMINAL_BYTES}"
-        )
+    check_content_address(
+        f"{phrase}:", ref.sha256, ref.encoded_len, MAX_RECOVERY_RELEASE_TERMINAL_BYTES
+    )
 
 
 def validate_release_commit(commit: AuthorityRecoveryReleaseCommit) -> None:

@@ -136,19 +136,21 @@ def drain_transition_is_canonical(transition: AssignmentDrainTransition) -> bool
     return drain_transition_problem(transition) is None
 
 
+def check_content_address(what: str, sha256: str, encoded_len: int, max_bytes: int) -> None:
+    """A content-addressed reference names 64 lowercase hex and a length in 1..=`max_bytes`."""
+    if not is_sha256_hex(sha256):
+        raise ShapeViolation(f"{what} sha256 {sha256[:80]!r} is not 64 lowercase hex")
+    if not 1 <= encoded_len <= max_bytes:
+        raise ShapeViolation(f"{what} encoded_len {encoded_len} is outside 1..={max_bytes}")
+
+
 def validate_snapshot_ref(ref: AssignmentSnapshotRef) -> None:
     """RB §2.6: version >= 2, 64 lowercase hex, encoded_len 1..=8 MiB."""
     if ref.version < MIN_ASSIGNMENT_SNAPSHOT_REF_VERSION:
         raise ShapeViolation(f"assignment snapshot reference version {ref.version} is below 2")
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(
-            f"assignment snapshot reference sha256 {ref.sha256[:80]!r} is not 64 lowercase hex"
-        )
-    if not 1 <= ref.encoded_len <= MAX_ASSIGNMENT_SNAPSHOT_BYTES:
-        raise ShapeViolation(
-            f"assignment snapshot reference encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_ASSIGNMENT_SNAPSHOT_BYTES}"
-        )
+    check_content_address(
+        "assignment snapshot reference", ref.sha256, ref.encoded_len, MAX_ASSIGNMENT_SNAPSHOT_BYTES
+    )
 
 
 def checkpoint_ref_problem(ref: RecoveryCapsuleRef) -> str | None:
