@@ -25,7 +25,9 @@ from laminar_cluster.authority.outcome_audit import audit_outcomes
 from laminar_cluster.authority.prune import PruneScheduler, grace_ms_for, prune_history
 from laminar_cluster.authority.recovery_release import terminal_path
 from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.paths import RECORDS_PREFIX, RELEASE_TERMINALS_PREFIX, record_path
+from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.store import CREATE, ObjectStore
 from laminar_cluster.views.authority_audit import audit_authority
 from laminar_cluster.views.lease import decisions_of
@@ -33,6 +35,7 @@ from tests.authority.assignment_support import drain
 from tests.authority.prune_support import (
     HOUR_S,
     LOCAL,
+    StampingStore,
     compacted_history,
     counters_of,
     leader_of,
@@ -169,15 +172,24 @@ def test_la_t89_prune_keeps_latest_release_admission_and_collects_orphan_termina
     asyncio.run(main())
 
 
+async def compacted_head(
+    make_store: Callable[[], ObjectStore],
+) -> tuple[StampingStore, LeaderLeaseStore, LeaderAuthorityRecord]:
+    """`compacted_history` on a fresh stamped store, with the head it left."""
+    store = stamped(make_store)
+    leader, _ = await compacted_history(store)
+    head = await leader.load_record()
+    assert head is not None
+    return store, leader, head
+
+
 @LOCAL
 def test_la_t90_history_prune_keeps_live_chain_drops_compacted(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        store = stamped(make_store)
-        leader, _ = await compacted_history(store)
-        head = await leader.load_record()
-        assert head is not None and head.outcome_floor is not None
+        store, leader, head = await compacted_head(make_store)
+        assert head.outcome_floor is not None
         assert head.outcome_floor.authority_before_epoch == 3
         store.clock.advance(HOUR_S)
         report = await prune_history(leader, grace_ms_for(leader.ttl_s))
@@ -210,11 +222,9 @@ def test_la_t42_rewritten_floor_anchor_link_prune_deletes_nothing(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        store = stamped(make_store)
-        leader, _ = await compacted_history(store)
-        head = await leader.load_record()
-        assert head is not None and head.outcome_floor is not None
+        store, leader, head = await compacted_head(make_store)
         floor = head.outcome_floor
+        assert floor is not None
         assert floor.terminal_anchor_link is not None
         bad_link = msgspec.structs.replace(floor.terminal_anchor_link, sequence=4)
         edited = msgspec.structs.replace(
