@@ -222,7 +222,7 @@ def test_la_t42_rewritten_floor_anchor_link_prune_deletes_nothing(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        store, leader, head = await compacted_head(make_store)
+        store, _, head = await compacted_head(make_store)
         floor = head.outcome_floor
         assert floor is not None
         assert floor.terminal_anchor_link is not None
