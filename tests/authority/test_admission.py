@@ -154,10 +154,10 @@ def test_admit_answers_from_the_winner_when_its_own_record_is_durable_behind_it(
         first = await auth.load_record()
         assert first is not None
         ours = fault_record(first, REPORTER)
-        seen: list[int] = []
+        seen: list[tuple[int, bool]] = []
 
         async def decide(head: LeaderAuthorityRecord, require_term: RequireTerm) -> Decision[str]:
-            seen.append(head.lease.seq)
+            seen.append((head.lease.seq, require_term.raced))
             if await read_record(store, 2) == ours:
                 return Answer("durable behind the winner")
             require_term()
@@ -170,7 +170,7 @@ def test_admit_answers_from_the_winner_when_its_own_record_is_durable_behind_it(
             acquired(await renew(rival, proof.fencing_token))  # repairs to 2, appends 3
             gate.release.set()
         assert task.result() == "durable behind the winner"
-        assert seen == [1, 3]  # re-derived from the winner that published past us
+        assert seen == [(1, False), (3, True)]  # re-derived from the winner that published past us
         assert await record_seqs(store) == [1, 2, 3]
 
     asyncio.run(main())

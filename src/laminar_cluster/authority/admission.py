@@ -6,11 +6,13 @@ way, by `admit`:
 
 1. Read the published head. None is Fenced: a decision needs an existing authority.
 2. `decide(head, require_term)`, a function of that head only (and of durable records it names):
-   what is already durable answers first, for any term (`Answer`), so a deposed term's retry
-   still learns its durable result (LA §4.6.5, LA §4.7, and every lost race). Before anything
-   only the proof's term may do, it calls `require_term()`, which raises Fenced unless the
-   head's lease matches the proof (LA-5). It returns `Append(record)` for sequence head + 1, or
-   raises Refused / InvalidArgument / CorruptRecord.
+   it calls `require_term()`, which raises Fenced unless the head's lease matches the proof
+   (LA-5), before anything only the proof's term may do; it answers what is already durable
+   (`Answer`), or returns `Append(record)` for sequence head + 1, or raises Refused /
+   InvalidArgument / CorruptRecord. Where the durable answer comes before the term check is
+   each kind's, as the spec orders it: always for the seal and the release (LA §11.13), on a
+   race winner (`require_term.raced`) for outcomes, decisions and the decision floor (LA §11.1),
+   never for the outcome floor.
 3. Append the record with a create at head + 1, checking the term first if `decide` did not:
    created -> `created`, already durable byte-identical -> `identical` (never reported as
    created). A lost create is re-read by the append itself (LA §4.1.6).
@@ -80,7 +82,29 @@ class Append(Generic[R]):
 
 
 Decision = Answer[R] | Append[R]
-RequireTerm = Callable[[], None]
+
+
+class RequireTerm:
+    """The term check of one head, handed to `decide`: calling it raises Fenced unless the
+    head's lease matches the proof (LA-5; nothing without a proof). `raced` says the head is
+    the winner of a race this admission just lost, where a kind re-derives its answer from the
+    winner before the term check (LA §11.1); on a freshly read head most kinds check first."""
+
+    __slots__ = ("_lease", "_proof", "_what", "checked", "raced")
+
+    def __init__(
+        self, lease: LeaderLease, proof: LeaderProof | None, what: str, *, raced: bool
+    ) -> None:
+        self._lease, self._proof, self._what = lease, proof, what
+        self.raced = raced
+        self.checked = False
+
+    def __call__(self) -> None:
+        if self._proof is not None:
+            check_term(self._lease, self._proof, self._what, raced=self.raced)
+        self.checked = True
+
+
 Decide = Callable[[LeaderAuthorityRecord, RequireTerm], Awaitable[Decision[R]]]
 
 
@@ -129,21 +153,14 @@ async def _attempt(
 ) -> _Done[R] | _Next:
     """One head: decide, then answer or append; the next head when the loop must go on."""
     head = step.head
-    checked = False
-
-    def require_term() -> None:
-        nonlocal checked
-        if proof is not None:
-            check_term(head.record.lease, proof, what, raced=step.raced)
-        checked = True
-
+    require_term = RequireTerm(head.record.lease, proof, what, raced=step.raced)
     decision = await decide(head.record, require_term)
     if isinstance(decision, Answer):
         if decision.still is None:
             return _Done(decision.value)
         again = await published_head(authority, what)
         return _Done(decision.value) if decision.still(again.record) else _Next(again, False)
-    if not checked:
+    if not require_term.checked:
         require_term()  # LA-5: no append without the term, whatever `decide` did
     outcome = await authority.append(head, decision.record)
     if isinstance(outcome, AppendContended):
@@ -173,8 +190,8 @@ def check_term(lease: LeaderLease, proof: LeaderProof, what: str, *, raced: bool
         return
     lost = "; a newer leader term won the next authority sequence" if raced else ""
     raise Fenced(
-        f"{what}: the proof (token {proof.fencing_token}) no longer names the durable leader "
-        f"term: it does not name the durable authority term (token {lease.token}){lost}"
+        f"{what} was fenced: the proof (token {proof.fencing_token}) no longer names the durable "
+        f"leader term: it does not name the durable authority term (token {lease.token}){lost}"
     )
 
 

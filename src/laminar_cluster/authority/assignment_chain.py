@@ -168,6 +168,8 @@ async def prune_assignment_drain_decisions_before(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[int]:
+        if not require_term.raced:
+            require_term()  # LA §4.5.6 step 1: a fresh head is checked first (LA-5)
         # A floor at or past `before` settles the call, also when it is a winner's (LA §4.5.6).
         reached = head.assignment_decision_floor
         if reached is not None and reached.before_target_version >= before:

@@ -258,7 +258,9 @@ async def _record(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[_Result[D]]:
-        # Also on a lost race: our record may be durable behind the winner (LA §11.1).
+        if not require_term.raced:
+            require_term()  # LA §4.5.1 step 2.1: a fresh head is checked first (LA-5)
+        # A race winner may hold our own decision: answer from it first (LA §11.1).
         audited = await audit_assignment_decisions(authority, head)
         settled = _settled(decision, kind, audited)
         if settled is not None:

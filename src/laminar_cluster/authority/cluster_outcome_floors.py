@@ -237,11 +237,11 @@ async def prune_cluster_outcomes_before(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[int]:
+        require_term()  # LA §4.4.5 step 1: the term first, on every head (LA-5)
         existing = head.outcome_floor
         if existing is not None and existing.artifact_before_epoch >= before_epoch:
             authority.schedule_prune()  # covered: no preflight is repeated
             return admission.Answer(existing.artifact_before_epoch)
-        require_term()  # LA-5: admitted only right after a record of the proof's exact term
         snapshot = await cached_audit(authority, head)
         key = audit_key(head)
         if key not in prepared:

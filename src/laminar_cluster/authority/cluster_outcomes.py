@@ -138,7 +138,9 @@ async def record_cluster_outcome(
     async def decide(
         head: LeaderAuthorityRecord, require_term: admission.RequireTerm
     ) -> admission.Decision[RecordOutcomeResult]:
-        # Also on a lost race: our record may be durable below the winner (LA §11.1).
+        if not require_term.raced:
+            require_term()  # LA §4.4.1 step 4.1: a fresh head is checked first (LA-5)
+        # A race winner may hold our own record below it: answer from it first (LA §11.1).
         snapshot = await cached_audit(authority, head)
         settled = _settled(snapshot, candidate)
         if settled is not None:
