@@ -107,7 +107,6 @@ def test_control_engine_satisfies_the_engine_protocol() -> None:
         assert engine.cluster_intake_fenced()
         assert not engine.installed_vnode_state()
         assert not engine.runtime_cancelled() and not engine.coordinated_recovery_in_progress()
-        assert not engine.has_unapplied_vnode_transition()
 
     run(body)
 

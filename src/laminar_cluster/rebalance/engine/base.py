@@ -14,7 +14,7 @@ piece of state §6.2 names is kept here, in memory, with the rules the control p
 * `adopt_assignment`, `adopt_recovery_assignment` and `activate_authority` take
   `adoption_lock` themselves (bounded by the deadline): callers must not hold it. The checks
   the control plane makes under the lock (`local_vnode_state_is_ready`,
-  `has_unapplied_vnode_transition`, `validate_source_drain_snapshot`) never take it.
+  `validate_source_drain_snapshot`) never take it.
 * `checkpoint_until` admits under `adoption_lock` (the admission linearization point, §4.1),
   then runs the injected `Checkpointer` holding `rotation_lock` shared, like any compute.
 
@@ -103,7 +103,6 @@ class BaseEngine:
         self._fence: CheckpointAssignmentFence | None = None
         self._transition: AssignmentDrainTransition | None = None
         self._installed_vnode_state = False
-        self._unapplied_vnode_transition = False
         self._recovery_checkpoint: RecoveryCut | None = None
         self._runtime_cancelled = False
         self._coordinated_recovery = False
@@ -191,14 +190,6 @@ class BaseEngine:
             return Activation(installed=True, revision=self._revision)
 
     # -- vnode state ---------------------------------------------------------------------------
-    def has_unapplied_vnode_transition(self) -> bool:
-        return self._unapplied_vnode_transition
-
-    def set_unapplied_vnode_transition(self, pending: bool) -> None:
-        """Test knob: pretend a local vnode transition is (not) still being applied."""
-        self._record("set_unapplied_vnode_transition", str(pending))
-        self._unapplied_vnode_transition = pending
-
     async def local_vnode_state_is_ready(
         self, fence: CheckpointAssignmentFence, *, deadline: float
     ) -> bool:
