@@ -44,6 +44,7 @@ from laminar_cluster.rebalance.interfaces import (
 )
 from laminar_cluster.rebalance.refusals import Refusal
 from tests.assignment.snapshot_support import draining, participant, snapshot
+from tests.rebalance.engine.recording import RecordingEngine
 from tests.rebalance.refusal_support import raises_because
 
 ME = participant(1)
@@ -66,8 +67,8 @@ def engine_on(
     checkpointer: Checkpointer | None = None,
     vnode_state_ready: VnodeStateReady | None = None,
     adopt_hook: AdoptHook | None = None,
-) -> BaseEngine:
-    return BaseEngine(
+) -> RecordingEngine:
+    return RecordingEngine(
         clock=clock,
         participant=ME,
         checkpointer=checkpointer,
@@ -80,7 +81,7 @@ def later(clock: SimulatedClock) -> float:
     return clock.monotonic() + 30.0
 
 
-async def running(clock: SimulatedClock, current: AssignmentSnapshot = V1) -> BaseEngine:
+async def running(clock: SimulatedClock, current: AssignmentSnapshot = V1) -> RecordingEngine:
     """An engine that adopted `current` and activated its fence."""
     engine = engine_on(clock)
     await engine.adopt_assignment(current, deadline=later(clock))

@@ -20,8 +20,8 @@ piece of state §6.2 names is kept here, in memory, with the rules the control p
 
 Test hooks are constructor arguments: `checkpointer`, `vnode_state_ready(fence)` (default:
 ready), `adopt_hook(snapshot)` (runs before an adoption applies; may raise Refused with reason
-`Refusal.SHUFFLE_NOT_READY`).
-Every command (not the pure reads) is appended to `calls` as `(name, summary)`.
+`Refusal.SHUFFLE_NOT_READY`). The engine keeps no log of its commands; tests that need one
+wrap it (tests/rebalance/engine/recording.py).
 """
 
 from __future__ import annotations
@@ -42,13 +42,10 @@ from laminar_cluster.rebalance.engine.rules import (
     acquired_vnodes,
     check_activation,
     fence_name,
-    ref_name,
     registry_runs,
     require_committed,
     require_draining,
     round_name,
-    snapshot_name,
-    transition_name,
     unchanged_adoption,
 )
 from laminar_cluster.rebalance.interfaces import (
@@ -93,7 +90,6 @@ class BaseEngine:
         self.adopt_hook = adopt_hook
         self.adoption_lock = asyncio.Lock()
         self.rotation_lock = RotationLock()
-        self.calls: list[tuple[str, str]] = []
         self.drains = SourceDrainLedger()
         self._registry = RegistrySnapshot(version=0, owners=())
         self._revision = 0
@@ -136,12 +132,8 @@ class BaseEngine:
         """The checkpoint (or the initial state) the last recovery adoption restored from."""
         return self._recovery_checkpoint
 
-    def call_count(self, name: str) -> int:
-        return sum(1 for called, _ in self.calls if called == name)
-
     # -- authority gates -----------------------------------------------------------------------
     def set_source_gate(self, closed: bool) -> None:
-        self._record("set_source_gate", "closed" if closed else "open")
         self._source_gate_closed = closed
         if closed:
             self._revision += 1
@@ -150,11 +142,9 @@ class BaseEngine:
         return self._source_gate_closed
 
     def invalidate_shuffle_fence(self) -> None:
-        self._record("invalidate_shuffle_fence", fence_name(self._fence))
         self._drop_fence()
 
     def suspend_shuffle_fence(self) -> None:
-        self._record("suspend_shuffle_fence", fence_name(self._fence))
         if self._fence is not None:
             self._shuffle = ShuffleState.SUSPENDED
         self._revision += 1
@@ -171,11 +161,6 @@ class BaseEngine:
         stopped or recovering, and return the bumped revision; installed=False when the
         revision moved since `revision`. A fence that does not certify the local registry (or
         a transition that does not start at it) is Refused (`rules.check_activation`)."""
-        self._record(
-            "activate_authority",
-            f"{fence_name(fence)} transition={transition_name(drain_transition)} "
-            f"revision {revision}",
-        )
         async with (
             within_deadline(self.clock, deadline, "authority activation"),
             self.adoption_lock,
@@ -194,7 +179,6 @@ class BaseEngine:
         self, fence: CheckpointAssignmentFence, *, deadline: float
     ) -> bool:
         """Ready when the registry runs exactly `fence`'s owner map and the hook agrees."""
-        self._record("local_vnode_state_is_ready", fence_name(fence))
         async with within_deadline(self.clock, deadline, "local vnode state readiness"):
             if not registry_runs(self._registry, fence):
                 return False
@@ -205,7 +189,6 @@ class BaseEngine:
 
     async def fault_for_recovery_assignment(self) -> None:
         """Drop vnode state and authority; FAULTED until a recovery adoption restores cold."""
-        self._record("fault_for_recovery_assignment", f"v{self._registry.version}")
         self._installed_vnode_state = False
         self._state = EngineState.FAULTED
         self._source_gate_closed = True
@@ -216,7 +199,6 @@ class BaseEngine:
         """Run committed `snapshot` (§6.2): InvalidArgument for a draining or malformed one, a
         no-op for versions at or below the registry's, Refused on a faulted engine
         (ENGINE_FAULTED) or a snapshot certifying another boot of this node (ANOTHER_BOOT)."""
-        self._record("adopt_assignment", snapshot_name(snapshot))
         require_committed(snapshot)
         async with within_deadline(self.clock, deadline, "assignment adoption"), self.adoption_lock:
             unchanged = unchanged_adoption(self._registry, snapshot)
@@ -244,10 +226,6 @@ class BaseEngine:
         Acquiring vnodes needs a cold bootstrap (CREATED or FAULTED, no vnode state).
         `recovery_required` is True when this process owns vnodes in it: a participant
         finishes its restore through the coordinated-recovery round (§4.11 B)."""
-        self._record(
-            "adopt_recovery_assignment",
-            f"{snapshot_name(snapshot)} checkpoint={ref_name(recovery_checkpoint)}",
-        )
         require_committed(snapshot)
         async with (
             within_deadline(self.clock, deadline, "recovery assignment adoption"),
@@ -276,7 +254,6 @@ class BaseEngine:
     # -- source drains -------------------------------------------------------------------------
     def validate_source_drain_snapshot(self, draining: AssignmentSnapshot) -> None:
         """A canonical draining snapshot with the registry's vnode count (InvalidArgument)."""
-        self._record("validate_source_drain_snapshot", snapshot_name(draining))
         require_draining(self._registry, draining)
 
     async def prepare_local_source_drain(
@@ -288,9 +265,6 @@ class BaseEngine:
     ) -> None:
         """Stop local sources at one cut for `transition`; idempotent per transition."""
         round_ = drain_id(transition)
-        self._record(
-            "prepare_local_source_drain", f"{round_name(round_)} node {participant.node_id}"
-        )
         async with within_deadline(self.clock, deadline, "local source drain prepare"):
             if participant != self.participant:
                 raise InvalidArgument(f"{participant} is not this process ({self.participant})")
@@ -313,7 +287,6 @@ class BaseEngine:
         self, drain: AssignmentDrainId, outcome: SourceDrainOutcome, *, deadline: float
     ) -> None:
         """Commit releases moving partitions at the cut, Abort resumes them; idempotent."""
-        self._record("resolve_local_source_drain", f"{round_name(drain)} {outcome.value}")
         async with within_deadline(self.clock, deadline, "local source drain resolution"):
             self.drains.resolve(drain, outcome)
 
@@ -334,7 +307,6 @@ class BaseEngine:
     def enter_stopped_recovery(self) -> None:
         """Coordinated recovery stopped the runtime: CREATED, runtime cancelled, intake
         fenced, shuffle dropped; an unresolved prepared drain round becomes the stopped one."""
-        self._record("enter_stopped_recovery", f"v{self._registry.version}")
         self._runtime_cancelled = True
         self._coordinated_recovery = True
         if self._state in (EngineState.RUNNING, EngineState.FAULTED):
@@ -345,7 +317,6 @@ class BaseEngine:
 
     def leave_stopped_recovery(self) -> None:
         """Release: the replacement generation runs (RUNNING once an assignment is adopted)."""
-        self._record("leave_stopped_recovery", f"v{self._registry.version}")
         self._runtime_cancelled = False
         self._coordinated_recovery = False
         self.drains.clear_stopped()
@@ -357,7 +328,6 @@ class BaseEngine:
         """A cluster checkpoint under the installed fence and drain transition (§4.7), by the
         injected checkpointer; success=False (never an exception) when it cannot run, with the
         error of the kind that says what to do next (a Fenced keeps its type)."""
-        self._record("checkpoint_until", fence_name(self._fence))
         try:
             async with (
                 within_deadline(self.clock, deadline, "checkpoint admission"),
@@ -383,9 +353,6 @@ class BaseEngine:
             )
 
     # -- internals -----------------------------------------------------------------------------
-    def _record(self, name: str, summary: str) -> None:
-        self.calls.append((name, summary))
-
     def _drop_fence(self) -> None:
         self._fence = None
         self._transition = None

@@ -1,6 +1,6 @@
 """The pure checks `BaseEngine` applies (spec_rebalance §6.2, §4.14): what may be adopted,
-activated or drained against the local registry and this process, and short names for the
-engine's call log and error messages. No state, no I/O.
+activated or drained against the local registry and this process, and short names for error
+messages. No state, no I/O.
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id, fence
 from laminar_cluster.assignment.model import validate_snapshot
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, fence_is_canonical
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.interfaces import Adoption, InitialState, RegistrySnapshot
+from laminar_cluster.rebalance.interfaces import Adoption, RegistrySnapshot
 from laminar_cluster.rebalance.refusals import Refusal
 
 
@@ -127,14 +126,3 @@ def fence_name(fence: CheckpointAssignmentFence | None) -> str:
 
 def transition_name(transition: AssignmentDrainTransition | None) -> str:
     return "none" if transition is None else round_name(drain_id(transition))
-
-
-def snapshot_name(snapshot: AssignmentSnapshot) -> str:
-    kind = "draining" if snapshot.draining else "committed"
-    return f"v{snapshot.assignment_version} {kind}"
-
-
-def ref_name(ref: RecoveryCapsuleRef | InitialState | None) -> str:
-    if ref is None:
-        return "none"
-    return "initial-state" if isinstance(ref, InitialState) else f"epoch {ref.epoch}"
