@@ -38,8 +38,8 @@ from laminar_cluster.rebalance.engine.restores import (
 )
 from laminar_cluster.rebalance.engine.vnode_host import VnodeHost
 from laminar_cluster.rebalance.interfaces import INITIAL_STATE, RebalanceEngine, SourceDrainOutcome
-from laminar_cluster.runtime.engine import EngineConfig, EngineView, StreamEngine, embed_plane
-from laminar_cluster.runtime.engine_types import EngineProgress
+from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
+from laminar_cluster.runtime.engine_types import EngineConfig, EngineProgress
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import KeyedAggregation
