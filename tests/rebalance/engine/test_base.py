@@ -1,7 +1,8 @@
-"""`BaseEngine`, the in-memory `RebalanceEngine` (spec_rebalance §6.2): adoption rules (§4.14,
-§4.11 B), gates and the authority revision (§4.1, §4.12, §4.15), source-drain receipts (§2.8,
-§4.6, §4.13), the cold-bootstrap rule of recovery adoption, stopped recovery (§4.18) and
-checkpoint admission (§4.7). The handoff checkpointer is in test_handoff_checkpoint.py.
+"""`BaseEngine`, the in-memory `RebalanceEngine` (RB §6.2): adoption rules (RB §4.14,
+RB §4.11 B), gates and the authority revision (RB §4.1, RB §4.12, RB §4.15), source-drain
+receipts (RB §2.8, RB §4.6, RB §4.13), the cold-bootstrap rule of recovery adoption, stopped
+recovery (RB §4.18) and checkpoint admission (RB §4.7). The handoff checkpointer is in
+test_handoff_checkpoint.py; the data-plane host in test_vnode_host.py.
 
 Node 1 is the local process throughout; boots are UUID(int=node*11) (tests.assignment).
 """
@@ -479,7 +480,7 @@ def test_stopped_recovery_keeps_the_stopped_terminal_round() -> None:
         round_ = drain_id(transition)
         assert engine.stopped_terminal_round(transition.predecessor) == round_
         assert engine.stopped_terminal_round(snapshot_fence(V2)) is None
-        # The replacement generation re-applies the durable verdict before Release (§4.18).
+        # The replacement generation re-applies the durable verdict before Release (RB §4.18).
         await engine.resolve_local_source_drain(round_, ABORT, deadline=later(clock))
         assert engine.owned_source_drain_resolved(round_, ABORT)
         engine.leave_stopped_recovery()
