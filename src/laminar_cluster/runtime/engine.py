@@ -72,6 +72,7 @@ class StreamEngine:
 
     # -- DataPlane -----------------------------------------------------------------------------
     def restore(self, vnode: int, cut: VnodeCut | None, *, vnode_count: int) -> None:
+        """Check the cut's offsets (CorruptRecord), then install its state and offsets."""
         state = None if cut is None else cut.state
         offsets = {} if cut is None else dict(cut.offsets)
         self.table.check_restore(vnode, offsets, vnode_count)
@@ -79,10 +80,12 @@ class StreamEngine:
         self.table.restore(vnode, offsets, empty=state is None, vnode_count=vnode_count)
 
     def drop(self, vnode: int) -> None:
+        """Forget the vnode's offsets and its processor state."""
         self.table.drop(vnode)
         self.processor.drop(vnode)
 
     def pause(self, vnodes: frozenset[int]) -> None:
+        """Read none of `vnodes`' partitions until the next pause."""
         self.table.pause(vnodes)
 
     def capture(self, vnodes: tuple[int, ...]) -> Callable[[], Cut]:
@@ -105,6 +108,7 @@ class StreamEngine:
         return encoded_cut
 
     def resolve(self, vnodes: tuple[int, ...], committed: bool) -> None:
+        """The processor's in-flight output of `vnodes` commits or stays pending."""
         for vnode in vnodes:
             if committed:
                 self.processor.commit_output(vnode)
@@ -137,9 +141,11 @@ class EngineView:
     plane: DataPlane
 
     def registry(self) -> RegistrySnapshot:
+        """The assignment version the engine runs and its owners."""
         return self.engine.registry()
 
     def progress(self) -> EngineProgress:
+        """The host's figures, with the reference engine's events, offsets and pauses."""
         plane = self.plane
         if not isinstance(plane, StreamEngine):
             return engine_progress(self.host.progress())

@@ -52,6 +52,8 @@ class EngineConfig:
 
 @dataclass(slots=True)
 class StreamCounters:
+    """Events and batches the reference engine applied (cumulative)."""
+
     events: int = 0
     batches: int = 0
 

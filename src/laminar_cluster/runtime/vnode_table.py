@@ -22,6 +22,8 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 
 class VnodeTable:
+    """The partitions of the running vnodes and their next offsets (module docstring)."""
+
     def __init__(self, partitions: int = 0) -> None:
         if partitions < 0:
             raise InvalidArgument(f"source partitions: {partitions} is negative")

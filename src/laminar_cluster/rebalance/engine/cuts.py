@@ -47,6 +47,8 @@ class HostTimings:
 
 @dataclass(slots=True)
 class HostCounters:
+    """What the host did since it started (cumulative)."""
+
     cuts: int = 0
     commits: int = 0
     aborts: int = 0
@@ -72,6 +74,8 @@ class HostProgress:
 
 @dataclass(frozen=True, slots=True)
 class HeldCut:
+    """A cut taken and not resolved yet: its attempt, the cut and the vnodes it froze."""
+
     attempt: CheckpointAttempt
     cut: Cut
     vnodes: tuple[int, ...]
@@ -152,6 +156,7 @@ class CutKeeper:
 
     # -- CheckpointHost ------------------------------------------------------------------------
     def local_participant(self) -> FenceParticipant:
+        """This process (node id and boot)."""
         return self.engine.participant
 
     def running_fence(self) -> CheckpointAssignmentFence | None:
