@@ -1,6 +1,6 @@
 """Builders for the coordinated-recovery hook scenarios (spec_rebalance §4.17, §4.18, T65-T72).
 
-A `Scenario` is a `cluster_support.Cluster` plus one `BaseEngine` and one
+A `Scenario` is a `cluster_support.Cluster` plus one `RecordingEngine` and one
 `RebalanceContext` per node. `install` stands in for the snapshot watcher's publication
 (§4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
@@ -37,6 +37,7 @@ from laminar_cluster.store import (
     open_store,
 )
 from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.engine.recording import RecordingEngine
 
 T = TypeVar("T")
 CONFIG = RebalanceConfig.test_preset()
@@ -45,7 +46,7 @@ CONFIG = RebalanceConfig.test_preset()
 @dataclass
 class Scenario:
     cluster: Cluster
-    engines: dict[int, BaseEngine]
+    engines: dict[int, RecordingEngine]
     contexts: dict[int, RebalanceContext]
     v1: AssignmentSnapshot
 
@@ -60,7 +61,7 @@ class Scenario:
     def ctx(self, node_id: int) -> RebalanceContext:
         return self.contexts[node_id]
 
-    def engine(self, node_id: int) -> BaseEngine:
+    def engine(self, node_id: int) -> RecordingEngine:
         return self.engines[node_id]
 
     def checkpointer(self, node_id: int) -> LeaderCheckpointer:
@@ -111,7 +112,7 @@ async def build(
     *,
     store: ObjectStore | None = None,
     installed: Iterable[int] | None = None,
-    engine_type: type[BaseEngine] = BaseEngine,
+    engine_type: type[RecordingEngine] = RecordingEngine,
 ) -> Scenario:
     """Nodes `node_ids` (node 1 leads) each with an `engine_type` engine, v1 = `owners`, and
     v1 installed on `installed` (default: every node)."""

@@ -1,4 +1,4 @@
-"""A cluster with engines: `Cluster` (controllers) plus one `BaseEngine` and one
+"""A cluster with engines: `Cluster` (controllers) plus one `RecordingEngine` and one
 `RebalanceContext` per node, for leader-side scenario tests (spec_rebalance §7 T25-T47).
 
 `install(node, snapshot)` does by hand what the watcher's publication does on every tick:
@@ -19,11 +19,12 @@ from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.engine.base import BaseEngine, VnodeStateReady
+from laminar_cluster.rebalance.engine.base import VnodeStateReady
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, LeaderCheckpointer
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 from laminar_cluster.store import ObjectStore
 from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.engine.recording import RecordingEngine
 
 P = ParamSpec("P")
 
@@ -52,7 +53,7 @@ class Scenario:
     cluster: Cluster
     vnode_count: int
     config: RebalanceConfig = CONFIG
-    engines: dict[int, BaseEngine] = field(default_factory=dict)
+    engines: dict[int, RecordingEngine] = field(default_factory=dict)
 
     @classmethod
     async def start(
@@ -80,7 +81,7 @@ class Scenario:
         *,
         checkpointer: Checkpointer | None = None,
         vnode_state_ready: VnodeStateReady | None = None,
-    ) -> BaseEngine:
+    ) -> RecordingEngine:
         node = self.cluster.node(node_id)
         if checkpointer is None:
             decisions = node.authority.decisions
@@ -91,7 +92,7 @@ class Scenario:
                 node.controller.capture_leader_proof,
                 lambda fence: self._owners_for(node_id, fence),
             )
-        engine = BaseEngine(
+        engine = RecordingEngine(
             clock=self.clock,
             participant=node.participant,
             checkpointer=checkpointer,

@@ -1,6 +1,6 @@
 """A cluster of watched processes for the watcher scenarios (spec_rebalance §7 T54-T64).
 
-Each node of a `tests.rebalance.cluster_support.Cluster` gets a `BaseEngine` (with a
+Each node of a `tests.rebalance.cluster_support.Cluster` gets a `RecordingEngine` (with a
 `LeaderCheckpointer`, so the leader can take real handoff checkpoints), a `RebalanceContext`
 and a `SnapshotWatcher`. Tests drive the watchers tick by tick (`tick`, `settle`) on a
 `SimulatedClock` that does not move unless a test moves it, and play the leader's side of a
@@ -27,7 +27,7 @@ from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.cluster.slots import read_adopted_assignments, read_drain_acks
 from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.engine.base import AdoptHook, BaseEngine
+from laminar_cluster.rebalance.engine.base import AdoptHook
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption, DrainAck
@@ -37,6 +37,7 @@ from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import ObjectStore, open_store
 from tests.rebalance.cluster_support import Cluster, ClusterNode
+from tests.rebalance.engine.recording import RecordingEngine
 
 FAR_S = 60.0
 
@@ -63,7 +64,7 @@ class Proc:
     """One watched process."""
 
     node: ClusterNode
-    engine: BaseEngine
+    engine: RecordingEngine
     ctx: RebalanceContext
     watcher: SnapshotWatcher
 
@@ -105,7 +106,7 @@ class WatchedCluster:
         self, node_id: int, adopt_hook: AdoptHook | None = None, sink: PlacementSink | None = None
     ) -> Proc:
         node = self.cluster.node(node_id)
-        engine = BaseEngine(
+        engine = RecordingEngine(
             clock=self.cluster.clock, participant=node.participant, adopt_hook=adopt_hook
         )
         authority = node.authority

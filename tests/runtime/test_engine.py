@@ -1,9 +1,9 @@
-"""`StreamEngine` (runtime/engine.py) over memory:// with the real `EventLog`: it consumes only the
-partitions of its active vnodes, keeps processing while a cut is held until `resolve` (the cut
-holds the state and output at the cut only), re-emits aborted output,
-restores newly owned vnodes (handoff and recovery) and holds them back while restoring, and
-stops consuming revoking partitions during a source drain (DC §1.7, DC §1.9,
-DC §3.2-§3.5).
+"""`StreamEngine` (runtime/engine.py), the reference `DataPlane`, embedded in a `BaseEngine` whose
+`VnodeHost` runs it, over memory:// with the real `EventLog`: it consumes only the partitions of
+its active vnodes, keeps processing while a cut is held until `resolve` (the cut holds the state
+and output at the cut only), re-emits aborted output, restores newly owned vnodes (handoff and
+recovery) and holds them back while restoring, and stops consuming revoking partitions during a
+source drain (DC §1.7, DC §1.9, DC §3.2-§3.5).
 
 Node 1 (boot UUID(int=11)) is the local process. V1 gives it vnodes 0 and 1 of 4; with 8
 partitions it consumes partitions 0, 4 (vnode 0) and 1, 5 (vnode 1). The in-test restorer
@@ -27,18 +27,22 @@ from laminar_cluster.clock import RealClock
 from laminar_cluster.coordinator.host import CheckpointHost, Cut, VnodeCut
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import DeadlineExceeded, Refused
-from laminar_cluster.rebalance.interfaces import INITIAL_STATE, RebalanceEngine, SourceDrainOutcome
-from laminar_cluster.runtime.engine import EngineConfig, StreamEngine
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
-from laminar_cluster.runtime.processor import KeyedAggregation
-from laminar_cluster.runtime.restoring import (
+from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.data_plane import DataPlane
+from laminar_cluster.rebalance.engine.restores import (
     HandoffRestore,
     InitialRestore,
     RecoveryRestore,
     RestoredCuts,
     RestoreSource,
 )
+from laminar_cluster.rebalance.engine.vnode_host import VnodeHost
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, RebalanceEngine, SourceDrainOutcome
+from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
+from laminar_cluster.runtime.engine_types import EngineConfig, EngineProgress
+from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
+from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import open_store
 from tests.assignment.snapshot_support import draining, participant, proof, snapshot
 
@@ -72,9 +76,21 @@ class FakeRestorer:
 class Rig:
     clock: RealClock
     log: EventLog
-    engine: StreamEngine
+    view: EngineView
+    stream: StreamEngine
     processor: KeyedAggregation
     restorer: FakeRestorer
+
+    @property
+    def engine(self) -> BaseEngine:
+        return self.view.engine
+
+    @property
+    def host(self) -> VnodeHost:
+        return self.view.host
+
+    def progress(self) -> EngineProgress:
+        return self.view.progress()
 
     def deadline(self, seconds: float = 10.0) -> float:
         return self.clock.monotonic() + seconds
@@ -110,7 +126,7 @@ class Rig:
         assert activation.installed
 
     def events(self) -> int:
-        return self.engine.progress().events_processed
+        return self.progress().events_processed
 
 
 def run(
@@ -125,17 +141,12 @@ def run(
         log = EventLog(open_store("memory://"), clock=clock)
         processor = KeyedAggregation()
         fake = restorer or FakeRestorer()
-        engine = StreamEngine(
-            clock=clock,
-            participant=ME,
-            log=log,
-            processor=processor,
-            restorer=fake,
-            partitions=partitions,
-            config=CONFIG,
+        stream = StreamEngine(
+            clock=clock, log=log, processor=processor, partitions=partitions, config=CONFIG
         )
-        rig = Rig(clock, log, engine, processor, fake)
-        async with running(engine):
+        view = embed_plane(clock=clock, participant=ME, plane=stream, restorer=fake, config=CONFIG)
+        rig = Rig(clock, log, view, stream, processor, fake)
+        async with running(view.host):
             if activate:
                 await rig.activate()
             await body(rig)
@@ -144,10 +155,10 @@ def run(
 
 
 @asynccontextmanager
-async def running(engine: StreamEngine) -> AsyncIterator[None]:
+async def running(host: VnodeHost) -> AsyncIterator[None]:
     shutdown = asyncio.Event()
     async with asyncio.TaskGroup() as group:
-        group.create_task(engine.run(shutdown))
+        group.create_task(host.run(shutdown))
         try:
             yield
         finally:
@@ -185,13 +196,16 @@ def output_of(cut: Cut) -> dict[int, tuple[int, int]]:
 # -- interfaces --------------------------------------------------------------------------------
 
 
-def test_stream_engine_is_a_rebalance_engine_and_a_checkpoint_host() -> None:
-    def typed(engine: RebalanceEngine, host: CheckpointHost) -> None:
+def test_embedded_stream_engine_is_a_data_plane_its_engine_and_host_the_control_seams() -> None:
+    def typed(engine: RebalanceEngine, host: CheckpointHost, plane: DataPlane) -> None:
         assert host.local_participant() == ME
-        assert host.running_fence() == engine.installed_fence() == snapshot_fence(V1)
+        assert host.running_fence() == snapshot_fence(V1)
+        assert plane.capture((0, 1))().vnodes.keys() == {0, 1}
 
     async def body(rig: Rig) -> None:
-        typed(rig.engine, rig.engine)
+        await rig.until(lambda: rig.progress().restores == 2, "the first restore")
+        typed(rig.engine, rig.host, rig.stream)
+        assert rig.engine.installed_fence() == snapshot_fence(V1)
 
     run(body)
 
@@ -204,12 +218,12 @@ def test_engine_processes_owned_partitions_only() -> None:
         expected = await fill(rig)
         await rig.until(lambda: rig.events() == 5 * len(MINE), "owned events")
         await rig.settle()
-        progress = rig.engine.progress()
+        progress = rig.progress()
         assert progress.events_processed == 20
         assert progress.offsets == dict.fromkeys(MINE, 5)
         assert merged(rig) == expected
         assert rig.processor.vnodes() == (0, 1)
-        assert await rig.engine.source_lag(deadline=rig.deadline()) == dict.fromkeys(MINE, 0)
+        assert await rig.stream.source_lag(deadline=rig.deadline()) == dict.fromkeys(MINE, 0)
         assert rig.restorer.calls == [(HandoffRestore(), (0, 1))]
 
     run(body)
@@ -234,15 +248,15 @@ def test_engine_does_not_consume_before_its_fence_is_activated() -> None:
 def test_engine_learns_the_partition_count_from_the_log() -> None:
     async def body(rig: Rig) -> None:
         await rig.append(4, [1, 2], [3, 4])
-        await rig.until(lambda: rig.engine.progress().restores == 2, "restores without a layout")
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        await rig.until(lambda: rig.progress().restores == 2, "restores without a layout")
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert {v: dict(part.offsets) for v, part in cut.vnodes.items()} == {0: {}, 1: {}}
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
         await rig.settle()
-        assert rig.events() == 0 and not rig.engine.partitions_known
+        assert rig.events() == 0 and not rig.stream.partitions_known
         await rig.log.declare_partitions(PARTITIONS, deadline=rig.deadline())
         await rig.until(lambda: rig.events() == 2, "events once the layout is declared")
-        assert rig.engine.progress().offsets == {0: 0, 1: 0, 4: 2, 5: 0}
+        assert rig.progress().offsets == {0: 0, 1: 0, 4: 2, 5: 0}
 
     run(body, partitions=None)
 
@@ -254,7 +268,7 @@ def test_processing_goes_on_while_a_cut_is_held() -> None:
     async def body(rig: Rig) -> None:
         expected = await fill(rig)
         await rig.until(lambda: rig.events() == 20, "owned events")
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert set(cut.vnodes) == {0, 1}
         assert dict(cut.vnodes[0].offsets) == {0: 5, 4: 5}
         assert dict(cut.vnodes[1].offsets) == {1: 5, 5: 5}
@@ -263,18 +277,18 @@ def test_processing_goes_on_while_a_cut_is_held() -> None:
         # same cut, another is refused until this one resolves.
         await rig.append(0, [7], [70])
         await rig.until(lambda: rig.events() == 21, "the event after the cut")
-        assert rig.engine.progress().holding_cut == CheckpointAttempt.canonical(1)
-        assert await rig.engine.cut(rig.prepare(1), deadline=rig.deadline()) is cut
+        assert rig.progress().holding_cut == CheckpointAttempt.canonical(1)
+        assert await rig.host.cut(rig.prepare(1), deadline=rig.deadline()) is cut
         with pytest.raises(Refused, match="not resolved"):
-            await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+            await rig.host.cut(rig.prepare(2), deadline=rig.deadline())
         fresh = KeyedAggregation()
         fresh.restore(0, cut.vnodes[0].state)
         assert 7 not in fresh.totals(0)  # the cut's state is the state at the cut
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
-        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
+        second = await rig.host.cut(rig.prepare(2), deadline=rig.deadline())
         assert output_of(second) == {7: (1, 70)}  # committed output is history
         assert dict(second.vnodes[0].offsets) == {0: 6, 4: 5}
-        assert rig.engine.progress().commits == 1
+        assert rig.progress().commits == 1
 
     run(body)
 
@@ -283,17 +297,17 @@ def test_an_abort_re_emits_the_cut_merged_with_what_was_processed_while_it_was_h
     async def body(rig: Rig) -> None:
         await rig.append(0, [1, 2], [10, 20])
         await rig.until(lambda: rig.events() == 2, "first events")
-        first = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        first = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         await rig.append(0, [1], [5])
         await rig.until(lambda: rig.events() == 3, "an event while the cut is held")
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
         assert output_of(first) == {1: (1, 10), 2: (1, 20)}
-        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        second = await rig.host.cut(rig.prepare(2), deadline=rig.deadline())
         assert output_of(second) == {1: (2, 15), 2: (1, 20)}
         await rig.append(1, [2], [1])
         await rig.until(lambda: rig.events() == 4, "an event while the second cut is held")
-        await rig.engine.resolve(CheckpointAttempt.canonical(2), True, deadline=rig.deadline())
-        third = await rig.engine.cut(rig.prepare(3), deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(2), True, deadline=rig.deadline())
+        third = await rig.host.cut(rig.prepare(3), deadline=rig.deadline())
         assert output_of(third) == {2: (1, 1)}  # exactly what followed the committed cut
 
     run(body)
@@ -303,14 +317,14 @@ def test_dc15_a_vnode_restored_empty_and_untouched_is_cut_without_state() -> Non
     async def body(rig: Rig) -> None:
         await rig.append(0, [1], [10])
         await rig.until(lambda: rig.events() == 1, "an event of vnode 0")
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert cut.vnodes[0].state is not None
         assert cut.vnodes[1] == VnodeCut(state=None, offsets={1: 0, 5: 0})
         assert output_of(cut) == {1: (1, 10)}
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), True, deadline=rig.deadline())
         await rig.append(5, [2], [20])
         await rig.until(lambda: rig.events() == 2, "an event of vnode 1")
-        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        second = await rig.host.cut(rig.prepare(2), deadline=rig.deadline())
         assert second.vnodes[1].state is not None
         assert dict(second.vnodes[1].offsets) == {1: 0, 5: 1}
         assert output_of(second) == {2: (1, 20)}
@@ -322,7 +336,7 @@ def test_cut_state_restores_into_a_fresh_processor() -> None:
     async def body(rig: Rig) -> None:
         await fill(rig)
         await rig.until(lambda: rig.events() == 20, "owned events")
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         fresh = KeyedAggregation()
         for vnode, part in cut.vnodes.items():
             fresh.restore(vnode, part.state)
@@ -335,17 +349,17 @@ def test_abort_keeps_output_pending_and_the_next_cut_re_emits_it() -> None:
     async def body(rig: Rig) -> None:
         await rig.append(0, [1, 2], [10, 20])
         await rig.until(lambda: rig.events() == 2, "first events")
-        first = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        first = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert output_of(first) == {1: (1, 10), 2: (1, 20)}
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
         await rig.append(1, [1], [5])
         await rig.until(lambda: rig.events() == 3, "the event after the abort")
-        second = await rig.engine.cut(rig.prepare(2), deadline=rig.deadline())
+        second = await rig.host.cut(rig.prepare(2), deadline=rig.deadline())
         assert output_of(second) == {1: (2, 15), 2: (1, 20)}
-        await rig.engine.resolve(CheckpointAttempt.canonical(2), True, deadline=rig.deadline())
-        third = await rig.engine.cut(rig.prepare(3), deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(2), True, deadline=rig.deadline())
+        third = await rig.host.cut(rig.prepare(3), deadline=rig.deadline())
         assert output_of(third) == {}
-        assert (rig.engine.progress().aborts, rig.engine.progress().commits) == (1, 1)
+        assert (rig.progress().aborts, rig.progress().commits) == (1, 1)
 
     run(body)
 
@@ -354,10 +368,10 @@ def test_cut_refuses_a_fence_it_does_not_run() -> None:
     async def body(rig: Rig) -> None:
         other = snapshot(2, [1, 2, 2, 2])
         with pytest.raises(Refused, match="not the fence"):
-            await rig.engine.cut(rig.prepare(1, other), deadline=rig.deadline())
+            await rig.host.cut(rig.prepare(1, other), deadline=rig.deadline())
         rig.engine.suspend_shuffle_fence()
         with pytest.raises(Refused, match="not the fence"):
-            await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+            await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
 
     run(body)
 
@@ -366,8 +380,8 @@ def test_resolve_of_an_attempt_not_held_is_a_no_op() -> None:
     async def body(rig: Rig) -> None:
         await rig.append(0, [1], [1])
         await rig.until(lambda: rig.events() == 1, "an event")
-        await rig.engine.resolve(CheckpointAttempt.canonical(4), True, deadline=rig.deadline())
-        cut = await rig.engine.cut(rig.prepare(5), deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(4), True, deadline=rig.deadline())
+        cut = await rig.host.cut(rig.prepare(5), deadline=rig.deadline())
         assert output_of(cut) == {1: (1, 1)}
 
     run(body)
@@ -386,13 +400,13 @@ def test_restoring_vnodes_neither_process_nor_emit_and_hold_the_cut() -> None:
         await rig.until(lambda: len(rig.restorer.calls) == 1, "the restore to start")
         await rig.settle()
         assert rig.events() == 0
-        assert rig.engine.progress().restoring_vnodes == 2
+        assert rig.progress().restoring_vnodes == 2
         ready = await rig.engine.local_vnode_state_is_ready(
             snapshot_fence(V1), deadline=rig.deadline()
         )
         assert not ready
         with pytest.raises(DeadlineExceeded):
-            await rig.engine.cut(rig.prepare(1), deadline=rig.deadline(0.1))
+            await rig.host.cut(rig.prepare(1), deadline=rig.deadline(0.1))
         gate.set()
         await rig.until(lambda: rig.events() == 20, "events after the restore")
         assert await rig.engine.local_vnode_state_is_ready(
@@ -407,13 +421,13 @@ def test_handoff_restore_continues_from_the_committed_cut() -> None:
     its offsets, so the two sides together count every event exactly once."""
 
     async def body(rig: Rig) -> None:
-        await rig.until(lambda: rig.engine.progress().restores == 2, "the handoff restore")
+        await rig.until(lambda: rig.progress().restores == 2, "the handoff restore")
         await rig.settle()
         assert rig.events() == 0  # partition 0 and 4 are consumed up to the cut
         await rig.append(0, [3], [30])
         await rig.until(lambda: rig.events() == 1, "the event after the cut")
         assert rig.processor.totals(0) == {1: (2, 11), 3: (1, 30)}
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert output_of(cut) == {3: (1, 30)}  # the restored state is history
         assert dict(cut.vnodes[0].offsets) == {0: 3, 4: 0}
 
@@ -434,7 +448,7 @@ def test_recovery_generation_restores_every_owned_vnode_cold() -> None:
         await rig.append(0, [1], [1])
         await rig.until(lambda: rig.events() == 1, "an event")
         await rig.engine.fault_for_recovery_assignment()
-        assert rig.processor.vnodes() == () and rig.engine.progress().owned_vnodes == 0
+        assert rig.processor.vnodes() == () and rig.progress().owned_vnodes == 0
         recovered = snapshot(2, [1, 1, 1, 2])
         await rig.engine.adopt_recovery_assignment(recovered, REF, deadline=rig.deadline())
         await rig.until(lambda: len(rig.restorer.calls) == 2, "the recovery restore")
@@ -466,11 +480,11 @@ def test_adoption_drops_vnodes_no_longer_owned_and_restores_new_ones() -> None:
         await fill(rig)
         await rig.until(lambda: rig.events() == 20, "owned events")
         await rig.activate(snapshot(2, [1, 2, 1, 2]))  # vnode 1 leaves, vnode 2 arrives
-        await rig.until(lambda: rig.engine.progress().restores == 3, "vnode 2 restored")
+        await rig.until(lambda: rig.progress().restores == 3, "vnode 2 restored")
         assert rig.restorer.calls[-1] == (HandoffRestore(), (2,))
         await rig.until(lambda: rig.events() == 30, "vnode 2's events")
         assert rig.processor.vnodes() == (0, 2)
-        assert set(rig.engine.progress().offsets) == {0, 4, 2, 6}
+        assert set(rig.progress().offsets) == {0, 4, 2, 6}
 
     run(body)
 
@@ -480,7 +494,7 @@ def test_adoption_drops_vnodes_no_longer_owned_and_restores_new_ones() -> None:
 
 async def drain_vnode_1(rig: Rig) -> AssignmentSnapshot:
     """Prepare the drain of V1 to [1, 2, 2, 2]: vnode 1 (partitions 1, 5) leaves node 1."""
-    await rig.until(lambda: rig.engine.progress().restores == 2, "the first restore")
+    await rig.until(lambda: rig.progress().restores == 2, "the first restore")
     drain = draining(V1, [1, 2, 2, 2])
     assert drain.drain_transition is not None
     rig.engine.validate_source_drain_snapshot(drain)
@@ -491,14 +505,14 @@ async def drain_vnode_1(rig: Rig) -> AssignmentSnapshot:
 def test_drain_stops_revoking_partitions_and_abort_resumes_them() -> None:
     async def body(rig: Rig) -> None:
         drain = await drain_vnode_1(rig)
-        assert rig.engine.progress().paused_partitions == 2
+        assert rig.progress().paused_partitions == 2
         await fill(rig)
         await rig.until(lambda: rig.events() == 10, "vnode 0's events")
         await rig.settle()
-        assert rig.engine.progress().offsets == {0: 5, 4: 5, 1: 0, 5: 0}
-        cut = await rig.engine.cut(rig.prepare(1), deadline=rig.deadline())
+        assert rig.progress().offsets == {0: 5, 4: 5, 1: 0, 5: 0}
+        cut = await rig.host.cut(rig.prepare(1), deadline=rig.deadline())
         assert dict(cut.vnodes[1].offsets) == {1: 0, 5: 0}  # still cut: it emits
-        await rig.engine.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
+        await rig.host.resolve(CheckpointAttempt.canonical(1), False, deadline=rig.deadline())
         assert drain.drain_transition is not None
         round_ = drain_id(drain.drain_transition)
         await rig.engine.resolve_local_source_drain(
@@ -521,22 +535,22 @@ def test_drain_commit_keeps_revoking_partitions_paused_until_the_target_drops_th
         await rig.settle()
         assert rig.events() == 10
         await rig.activate(snapshot(2, [1, 2, 2, 2]))
-        assert rig.engine.progress().paused_partitions == 0
+        assert rig.progress().paused_partitions == 0
         assert rig.processor.vnodes() == (0,)
-        assert set(rig.engine.progress().offsets) == {0, 4}
+        assert set(rig.progress().offsets) == {0, 4}
 
     run(body)
 
 
 def test_drain_without_a_validated_target_pauses_every_owned_vnode() -> None:
     async def body(rig: Rig) -> None:
-        await rig.until(lambda: rig.engine.progress().restores == 2, "the first restore")
+        await rig.until(lambda: rig.progress().restores == 2, "the first restore")
         drain = draining(V1, [1, 2, 2, 2])
         assert drain.drain_transition is not None
         await rig.engine.prepare_local_source_drain(
             drain.drain_transition, ME, deadline=rig.deadline()
         )
-        assert rig.engine.progress().paused_partitions == 4
+        assert rig.progress().paused_partitions == 4
         await fill(rig)
         await rig.settle()
         assert rig.events() == 0

@@ -1,8 +1,8 @@
-"""`StreamEngine` with the real coordinator (`ClusterCheckpointer`, `CheckpointParticipant`,
-`coordinator.restore` through `CheckpointRestorer`) and the real event log, on memory:// and
-file://: a graceful handoff of vnodes 2 and 3 from node 1 to node 2 (drain, pre-rotation
-checkpoint, adoption, restore from the committed capsule), after which the committed output
-(`runtime.output.read_committed_output`) counts every event exactly once
+"""`StreamEngine` (embedded in a `BaseEngine`) with the real coordinator (`ClusterCheckpointer`,
+`CheckpointParticipant`, `coordinator.restore` through `CheckpointRestorer`) and the real event
+log, on memory:// and file://: a graceful handoff of vnodes 2 and 3 from node 1 to node 2
+(drain, pre-rotation checkpoint, adoption, restore from the committed capsule), after which the
+committed output (`runtime.output.read_committed_output`) counts every event exactly once
 (DC §1.7, DC §1.9, DC §3.4, DC §3.5).
 
 V1 gives node 1 all 4 vnodes; V2 moves vnodes 2 and 3 (partitions 2, 6 and 3, 7) to node 2.
@@ -29,9 +29,10 @@ from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
+from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
-from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import decode_aggregate_records, read_committed_output
@@ -50,12 +51,16 @@ Totals = dict[int, tuple[int, int]]
 
 @dataclass
 class Node:
-    engine: StreamEngine
+    view: EngineView
     participant: CheckpointParticipant
     restorer: CheckpointRestorer
 
+    @property
+    def engine(self) -> BaseEngine:
+        return self.view.engine
+
     def events(self) -> int:
-        return self.engine.progress().events_processed
+        return self.view.progress().events_processed
 
 
 def open_url(backend: str, tmp_path: Path) -> str:
@@ -67,7 +72,7 @@ def authority_on(store: ObjectStore, clock: RealClock) -> LeaderLeaseStore:
     return LeaderLeaseStore(store, clock=clock, ttl_s=TTL_S, decisions=decisions)
 
 
-def owners_of(engine: StreamEngine) -> Callable[[CheckpointAssignmentFence], Sequence[int] | None]:
+def owners_of(engine: BaseEngine) -> Callable[[CheckpointAssignmentFence], Sequence[int] | None]:
     def owners(fence: CheckpointAssignmentFence) -> Sequence[int] | None:
         registry = engine.registry()
         if fence.assignment_version == registry.version and fence_matches_owner_map(
@@ -84,16 +89,18 @@ def make_node(url: str, store: ObjectStore, clock: RealClock, node_id: int) -> N
     own = store if url == "memory://" else open_store(url)
     authority = authority_on(own, clock)
     restorer = CheckpointRestorer(own, authority.require_decisions(), authority)
-    engine = StreamEngine(
+    stream = StreamEngine(
+        clock=clock, log=EventLog(own, clock=clock), processor=KeyedAggregation(), config=CONFIG
+    )
+    view = embed_plane(
         clock=clock,
         participant=participant(node_id),
-        log=EventLog(own, clock=clock),
-        processor=KeyedAggregation(),
+        plane=stream,
         restorer=restorer,
         config=CONFIG,
     )
-    answering = CheckpointParticipant(own, clock, authority, engine, POLL_S)
-    return Node(engine, answering, restorer)
+    answering = CheckpointParticipant(own, clock, authority, view.host, POLL_S)
+    return Node(view, answering, restorer)
 
 
 async def append_round(log: EventLog, clock: RealClock, round_: int, expected: Totals) -> None:
@@ -149,7 +156,7 @@ async def scenario(url: str) -> None:
     shutdown = asyncio.Event()
     async with asyncio.TaskGroup() as group:
         for node in (one, two):
-            group.create_task(node.engine.run(shutdown))
+            group.create_task(node.view.host.run(shutdown))
             group.create_task(node.participant.run(shutdown))
         try:
             await handoff(clock, log, one, two, expected)
@@ -200,7 +207,7 @@ async def handoff(clock: RealClock, log: EventLog, one: Node, two: Node, expecte
     # Node 2 restores vnodes 2 and 3 from the pre-rotation checkpoint and reads on from its cut.
     await until(clock, lambda: two.events() == 48, "node 2 to process round 2 of its vnodes")
     assert two.restorer.last_checkpoint == outcome.recovery_capsule
-    assert two.engine.progress().offsets == {2: 24, 3: 24, 6: 24, 7: 24}
+    assert two.view.progress().offsets == {2: 24, 3: 24, 6: 24, 7: 24}
     await append_round(log, clock, 3, expected)
     await until(clock, lambda: one.events() == 192 and two.events() == 96, "round 3")
     last = await one.engine.checkpoint_until(deadline=deadline())

@@ -1,6 +1,6 @@
 """`KeyedAggregation` (runtime/processor.py) and the engine's `VnodeTable`: aggregation per vnode,
 snapshot and restore, output deltas since the last committed cut across commit and abort
-(DC §1.9), and the ownership bookkeeping (restores, pauses, round-robin).
+(DC §1.9), and the partition bookkeeping (restored offsets, pauses, round-robin).
 """
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
-from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import (
     AggregateSlice,
@@ -17,10 +16,7 @@ from laminar_cluster.runtime.processor import (
     Processor,
     decode_slice,
 )
-from laminar_cluster.runtime.restoring import HandoffRestore, RecoveryRestore
 from laminar_cluster.runtime.vnode_table import VnodeTable
-
-REF = RecoveryCapsuleRef(epoch=3, checkpoint_id=3, sha256="3a" * 32, len=10)
 
 
 def test_keyed_aggregation_is_a_processor() -> None:
@@ -168,53 +164,48 @@ def test_aggregation_handles_a_large_batch() -> None:
     assert sum(total for _, total in totals.values()) == sum(range(100_000))
 
 
-# -- VnodeTable --------------------------------------------------------------------------------
+# -- VnodeTable (the host's side of these moves is tests/rebalance/engine/test_vnode_host.py) --
 
 
-def test_table_restores_acquired_vnodes_and_activates_them_at_their_offsets() -> None:
+def test_table_activates_a_restored_vnode_at_its_offsets() -> None:
     table = VnodeTable(8)
-    assert table.adopt(4, (0, 1), (0, 1), HandoffRestore()) == ()
-    assert set(table.restoring) == {0, 1} and table.consumable() == []
-    assert table.finish_restore(0, table.restoring[0], {4: 17}, empty=False)
+    assert table.consumable() == []
+    table.restore(0, {4: 17}, empty=False, vnode_count=4)
     assert table.offsets == {0: 0, 4: 17}
     assert table.consumable() == [0, 4]
-    assert table.cut_offsets() == {0: {0: 0, 4: 17}}
-
-
-def test_table_discards_a_restore_the_ownership_moved_past() -> None:
-    table = VnodeTable(8)
-    table.adopt(4, (0,), (0,), HandoffRestore())
-    stale = table.restoring[0]
-    table.restart_all(4, (0,), RecoveryRestore(REF))
-    assert not table.finish_restore(0, stale, {}, empty=True)
-    assert table.restoring[0].source == RecoveryRestore(REF)
+    assert table.cut_offsets((0,)) == {0: {0: 0, 4: 17}}
 
 
 def test_table_refuses_an_offset_of_another_vnodes_partition() -> None:
     table = VnodeTable(8)
-    table.adopt(4, (1,), (1,), HandoffRestore())
     with pytest.raises(CorruptRecord, match="partition 4"):
-        table.finish_restore(1, table.restoring[1], {4: 1}, empty=False)
-    assert 1 in table.restoring
+        table.restore(1, {4: 1}, empty=False, vnode_count=4)
+    assert table.active == set() and table.offsets == {}
 
 
-def test_table_drops_vnodes_no_longer_owned_and_pauses_revoking_ones() -> None:
+def test_table_drops_vnodes_and_pauses_the_ones_it_is_told() -> None:
     table = VnodeTable(8)
-    table.adopt(4, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
-    table.pause((1, 3))
+        table.restore(vnode, {}, empty=True, vnode_count=4)
+    table.pause(frozenset({1}))
     assert table.paused == {1} and table.consumable() == [0, 4]
     assert table.paused_partitions() == (1, 5)
-    assert table.adopt(4, (0,), (), HandoffRestore()) == (1,)
+    table.drop(1)
+    table.pause(frozenset())
     assert table.offsets == {0: 0, 4: 0} and table.paused == frozenset()
+
+
+def test_table_cuts_only_running_vnodes() -> None:
+    table = VnodeTable(8)
+    table.restore(0, {}, empty=True, vnode_count=4)
+    with pytest.raises(InvalidArgument, match="vnode 1 is not running"):
+        table.cut_offsets((0, 1))
 
 
 def test_table_hands_out_partitions_round_robin() -> None:
     table = VnodeTable(6)
-    table.adopt(2, (0, 1), (0, 1), HandoffRestore())
     for vnode in (0, 1):
-        table.finish_restore(vnode, table.restoring[vnode], {}, empty=True)
+        table.restore(vnode, {}, empty=True, vnode_count=2)
     seen = [p for _ in range(3) for p, _ in table.next_reads(4)]
     assert seen[:6] == [0, 1, 2, 3, 4, 5]
     assert sorted(seen) == sorted([0, 1, 2, 3, 4, 5] * 2)
@@ -222,8 +213,7 @@ def test_table_hands_out_partitions_round_robin() -> None:
 
 def test_table_learns_the_partition_count_late() -> None:
     table = VnodeTable()
-    table.adopt(4, (1,), (1,), HandoffRestore())
-    table.finish_restore(1, table.restoring[1], {9: 3}, empty=False)
+    table.restore(1, {9: 3}, empty=False, vnode_count=4)
     assert table.offsets == {9: 3}
     table.set_partitions(12)
     assert table.offsets == {1: 0, 5: 0, 9: 3}

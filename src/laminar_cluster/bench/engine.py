@@ -24,11 +24,11 @@ from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import LaminarError
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.harness.workload import Workload, expected_aggregates, produce
-from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.rebalance.engine.restores import RestoredCuts, RestoreSource
+from laminar_cluster.runtime.engine import StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
-from laminar_cluster.runtime.restoring import RestoredCuts, RestoreSource
 from laminar_cluster.store import open_store
 
 VNODES = 256
@@ -84,30 +84,29 @@ async def engine_throughput(
     produced = clock.monotonic()
     me = FenceParticipant(node_id=1, boot_incarnation=str(uuid.UUID(int=11)))
     processor = KeyedAggregation()
-    engine = StreamEngine(
-        clock=clock,
-        participant=me,
-        log=EventLog(store, clock=clock),
-        processor=processor,
-        restorer=_empty_restore,
-        partitions=workload.partitions,
-        config=config,
+    log = EventLog(store, clock=clock)
+    plane = StreamEngine(
+        clock=clock, log=log, processor=processor, partitions=workload.partitions, config=config
     )
+    view = embed_plane(
+        clock=clock, participant=me, plane=plane, restorer=_empty_restore, config=config
+    )
+    engine = view.engine
     snapshot = single_node_snapshot(me)
     deadline = clock.monotonic() + timeout_s
     shutdown = asyncio.Event()
     async with asyncio.TaskGroup() as group:
-        group.create_task(engine.run(shutdown))
+        group.create_task(view.host.run(shutdown))
         await engine.adopt_assignment(snapshot, deadline=deadline)
         begin = clock.monotonic()
         await engine.activate_authority(
             snapshot_fence(snapshot), None, engine.authority_revision(), deadline=deadline
         )
-        while engine.progress().events_processed < workload.events:
+        while plane.counters.events < workload.events:
             if clock.monotonic() > deadline:
                 shutdown.set()
                 raise LaminarError(f"engine bench: not done in {timeout_s} s")
-            await engine.wait_change(0.001)
+            await view.host.wait_change(0.001)
         end = clock.monotonic()
         shutdown.set()
     totals: dict[int, tuple[int, int]] = {}

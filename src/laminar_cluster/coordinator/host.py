@@ -5,31 +5,20 @@ prepare for the fence it runs, the host stops consuming at one cut and returns, 
 vnode, the state and source offsets at that cut, plus the sink output produced since its last
 committed checkpoint. It resumes only when `resolve` tells it the outcome: Commit makes that
 output durable history (the host forgets it), Abort keeps it pending for the next attempt.
+`rebalance.engine.base.BaseEngine.host` is the host of any engine with a data plane.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
+from laminar_cluster.rebalance.engine.data_plane import Cut, VnodeCut
 
-
-@dataclass(frozen=True, slots=True)
-class VnodeCut:
-    # None: the vnode's empty state, what `Processor.restore(vnode, None)` starts from; then no
-    # offset may be above 0 and the participant writes no partial for it (DC-15).
-    state: bytes | None
-    offsets: Mapping[int, int]  # source partition -> next offset to read
-
-
-@dataclass(frozen=True, slots=True)
-class Cut:
-    vnodes: Mapping[int, VnodeCut]  # exactly the vnodes the fence gives this process
-    output: bytes  # sink records since the last committed checkpoint
+# The cut types are the data plane's (rebalance/engine/data_plane.py); they are named here too.
+__all__ = ["CheckpointHost", "Cut", "VnodeCut"]
 
 
 class CheckpointHost(Protocol):

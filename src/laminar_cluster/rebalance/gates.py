@@ -88,19 +88,17 @@ async def suspend_local_assignment_authority(ctx: RebalanceContext, *, deadline:
     await _drain_execution(ctx, deadline, "suspension")
 
 
-async def try_suspend_recovery_assignment_authority(
-    ctx: RebalanceContext, *, deadline: float
-) -> bool:
-    """Suspend unless a local vnode transition is still unapplied (then False)."""
+async def suspend_recovery_assignment_authority(ctx: RebalanceContext, *, deadline: float) -> None:
+    """A recovery participant's suspension: withdraw under the lock, then drain execution.
+    The spec's try-suspend also refuses while the engine has an unapplied vnode transition; an
+    engine here applies every transition under the adoption lock, so it never has one
+    (docs/protocols/rebalance.md, deviations)."""
     await _lock(ctx, deadline, "suspension")
     try:
-        if ctx.engine.has_unapplied_vnode_transition():
-            return False
         _withdraw(ctx, invalidate=False)
     finally:
         ctx.engine.adoption_lock.release()
     await _drain_execution(ctx, deadline, "suspension")
-    return True
 
 
 async def ensure_local_recovery_fault(ctx: RebalanceContext, *, deadline: float) -> None:

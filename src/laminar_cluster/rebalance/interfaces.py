@@ -1,4 +1,4 @@
-"""The two interfaces the rebalance plane drives (spec_rebalance §6.2, §6.3).
+"""The two interfaces the rebalance plane drives (RB §6.2, RB §6.3).
 
 `RebalanceEngine` is the data plane of one process: what it owns, its gates and locks, source
 drains and checkpoints. `ClusterController` is this process's view of the cluster: identity,
@@ -79,7 +79,7 @@ class RegistrySnapshot:
 class Adoption:
     version: int
     newly_acquired: tuple[int, ...]
-    # The new assignment gives this process vnodes it must restore through recovery (§4.11 B).
+    # The new assignment gives this process vnodes it must restore through recovery (RB §4.11 B).
     recovery_required: bool
 
 
@@ -91,7 +91,7 @@ class Activation:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointResult:
-    """What `checkpoint_until` reports (§4.7)."""
+    """What `checkpoint_until` reports (RB §4.7)."""
 
     success: bool
     epoch: int = 0
@@ -101,12 +101,12 @@ class CheckpointResult:
 
 
 class RebalanceEngine(Protocol):
-    """The data plane of one process, as the control plane sees it (§6.2)."""
+    """The data plane of one process, as the control plane sees it (RB §6.2)."""
 
     # Serializes adoption, drain-transition installation, live finalization and the drain CAS;
-    # the linearization point for checkpoint admission (§4.1).
+    # the linearization point for checkpoint admission (RB §4.1).
     adoption_lock: asyncio.Lock
-    # Compute cycles hold it shared; closing authority takes it exclusively (§4.1).
+    # Compute cycles hold it shared; closing authority takes it exclusively (RB §4.1).
     rotation_lock: RotationLock
 
     # -- state -------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class RebalanceEngine(Protocol):
         ...
 
     def suspend_shuffle_fence(self) -> None:
-        """Pause, keeping the certificate so the same version can resume (§4.15)."""
+        """Pause, keeping the certificate so the same version can resume (RB §4.15)."""
         ...
 
     async def activate_authority(
@@ -148,8 +148,6 @@ class RebalanceEngine(Protocol):
         ...
 
     # -- vnode state -------------------------------------------------------------------------
-    def has_unapplied_vnode_transition(self) -> bool: ...
-
     async def local_vnode_state_is_ready(
         self, fence: CheckpointAssignmentFence, *, deadline: float
     ) -> bool: ...
@@ -167,7 +165,7 @@ class RebalanceEngine(Protocol):
         """Run the committed `snapshot` (never a draining one). Idempotent for versions at or
         below the registry's. Raises Refused (reason `Refusal.SHUFFLE_NOT_READY`) when it must
         wait: the local graph still consumes a staged transition under the predecessor
-        certificate (§4.11 B); the watcher keeps the predecessor and retries next tick."""
+        certificate (RB §4.11 B); the watcher keeps the predecessor and retries next tick."""
         ...
 
     async def adopt_recovery_assignment(
@@ -219,13 +217,13 @@ class RebalanceEngine(Protocol):
     # -- checkpoints -------------------------------------------------------------------------
     async def checkpoint_until(self, *, deadline: float) -> CheckpointResult:
         """A complete cluster checkpoint under the installed fence (and drain transition),
-        decided in the leader authority (§4.7)."""
+        decided in the leader authority (RB §4.7)."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One member as the rebalance plane sees it (§6.3)."""
+    """One member as the rebalance plane sees it (RB §6.3)."""
 
     node_id: int
     state: str  # "joining" | "active" | "suspected" | "draining" | "left" | "dead"
@@ -233,7 +231,7 @@ class NodeInfo:
 
 
 class MembersWatch(Protocol):
-    """A versioned watch of the member list (§4.2)."""
+    """A versioned watch of the member list (RB §4.2)."""
 
     def version(self) -> int: ...
 
@@ -246,7 +244,7 @@ class MembersWatch(Protocol):
 
 
 class ClusterController(Protocol):
-    """This process's view of the cluster (§6.3)."""
+    """This process's view of the cluster (RB §6.3)."""
 
     clock: Clock
     node_id: int

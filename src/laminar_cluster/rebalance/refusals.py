@@ -103,7 +103,6 @@ class Refusal(enum.Enum):
     ADOPTION_LAGS = "adoption-lags"  # a local adoption did not apply
 
     # -- the leader's recovery (recovery/) -------------------------------------------------------
-    VNODE_TRANSITION_UNAPPLIED = "vnode-transition-unapplied"  # suspension must wait for it
     INFLIGHT_NOT_SETTLED = "inflight-not-settled"  # the predecessor's in-flight checkpoint moved
     INFLIGHT_FOREIGN = "inflight-foreign"  # an in-flight checkpoint of another fence or origin
 

@@ -1,5 +1,5 @@
 """`RotationLock`: the engine's rotation lock, an asyncio reader/writer lock
-(spec_rebalance §4.1). Compute cycles hold it shared; closing or suspending assignment
+(RB §4.1). Compute cycles hold it shared; closing or suspending assignment
 authority takes it exclusively, which waits until in-flight execution has drained. Writers
 are preferred: once a writer waits, new readers queue behind it.
 """

@@ -1,5 +1,5 @@
-"""`CheckpointRestorer`: the store-backed `Restorer` of `StreamEngine` (restoring.py for the
-rules; docs/protocols/distributed-checkpoint.md "Restore")."""
+"""`CheckpointRestorer`: the store-backed `Restorer` of the `VnodeHost` (rebalance/engine/
+restores.py for the rules; docs/protocols/distributed-checkpoint.md "Restore")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from laminar_cluster.clock import within_deadline
 from laminar_cluster.coordinator.restore import load_cuts
 from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.runtime.restoring import (
+from laminar_cluster.rebalance.engine.restores import (
     InitialRestore,
     RecoveryRestore,
     RestoredCuts,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from laminar_cluster.checkpoint.records import CheckpointAttempt
-from laminar_cluster.coordinator.host import Cut
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.rebalance.engine.cuts import HostProgress, HostTimings
 
 
 class SourceLog(Protocol):
@@ -25,6 +25,8 @@ class SourceLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
+    """The reference engine's settings; the restore ones are the host's (`host_timings`)."""
+
     batch_events: int = 8192  # events per partition read
     read_parallelism: int = 8  # partitions read concurrently per cycle
     idle_s: float = 0.02  # wait when nothing is consumable or every partition is caught up
@@ -41,29 +43,24 @@ class EngineConfig:
         if min(self.idle_s, self.retry_s, self.read_timeout_s, self.restore_timeout_s) <= 0:
             raise InvalidArgument("engine config: every interval must be positive")
 
-
-@dataclass(frozen=True, slots=True)
-class HeldCut:
-    attempt: CheckpointAttempt
-    cut: Cut
-    vnodes: tuple[int, ...]
+    def host_timings(self) -> HostTimings:
+        """The `VnodeHost`'s waits: restores and a cut's wait for them."""
+        return HostTimings(
+            idle_s=self.idle_s, retry_s=self.retry_s, restore_timeout_s=self.restore_timeout_s
+        )
 
 
 @dataclass(slots=True)
-class EngineCounters:
+class StreamCounters:
+    """Events and batches the reference engine applied (cumulative)."""
+
     events: int = 0
     batches: int = 0
-    cuts: int = 0
-    commits: int = 0
-    aborts: int = 0
-    restores: int = 0
-    errors: int = 0
-    last_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class EngineProgress:
-    """Progress figures for metrics and status."""
+    """Progress figures for metrics and status: the host's and the reference engine's."""
 
     events_processed: int
     batches_processed: int
@@ -78,3 +75,29 @@ class EngineProgress:
     restores: int
     errors: int
     last_error: str | None = None
+
+
+def engine_progress(
+    host: HostProgress,
+    *,
+    events: int = 0,
+    batches: int = 0,
+    offsets: dict[int, int] | None = None,
+    paused_partitions: int = 0,
+) -> EngineProgress:
+    """The host's figures with a data plane's (zero for a plane that counts none)."""
+    return EngineProgress(
+        events_processed=events,
+        batches_processed=batches,
+        offsets={} if offsets is None else offsets,
+        owned_vnodes=host.owned_vnodes,
+        restoring_vnodes=host.restoring_vnodes,
+        paused_partitions=paused_partitions,
+        holding_cut=host.holding_cut,
+        cuts=host.cuts,
+        commits=host.commits,
+        aborts=host.aborts,
+        restores=host.restores,
+        errors=host.errors,
+        last_error=host.last_error,
+    )

@@ -1,18 +1,20 @@
-"""`StreamNode`: a node process with the data plane on (issue 7 "A node process"; spec_rebalance
-§1, §4.2, §4.17; DC §1.7, DC §1.9, DC §3; docs/protocols/distributed-checkpoint.md).
+"""`StreamNode`: a node process with a data plane on (issue 7 "A node process"; RB §1, RB §4.2,
+RB §4.17; DC §1.7, DC §1.9, DC §3; docs/protocols/distributed-checkpoint.md; docs/embedding.md).
 
 It is a `rebalance.node.rebalance_node.RebalanceNode`
 (process lease, membership, leadership, watcher,
 rebalance loop, leader duties, graceful leave: unchanged) assembled through its hooks:
 
-* engine: `StreamEngine` over the store's `EventLog` with the `KeyedAggregation` processor,
-  restoring newly owned vnodes through `CheckpointRestorer` (the node's own decision store and
-  leader authority);
+* engine: a `BaseEngine` running the data plane `data_plane(store, clock)` builds (by default
+  the reference `StreamEngine` over the store's `EventLog` with the `KeyedAggregation`
+  processor), restoring newly owned vnodes through `CheckpointRestorer` (the node's own
+  decision store and leader authority);
 * checkpointer: the coordinator's `ClusterCheckpointer`, so the leader's periodic checkpoint
   (`LeaderDuties`, every `checkpoint_interval_s`) and the pre-rotation checkpoint of a rotation
   are real distributed checkpoints (prepare, partials, outputs, manifests, capsule, outcome);
-* extra tasks: the engine's processing loop (`engine`), the `CheckpointParticipant` answering
-  prepares of the fence this process runs (`participant`; the leader is a participant too),
+* extra tasks: the engine's host (`engine`: the plane's processing and the host's restores),
+  the `CheckpointParticipant` answering prepares of the fence this process runs through the
+  engine's host (`participant`; the leader is a participant too),
   and the observer (`observer`): every `poll_s` the metrics' `update_from` (local state only)
   and the rotations this node settled; every `lag_every_polls` polls `update_lag_from` (reads
   the log ends, bounded); every `progress_log_s` a `progress` log event when the engine's
@@ -48,6 +50,7 @@ from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
+from laminar_cluster.rebalance.engine.data_plane import DataPlane
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, OwnersOf
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.rebalance.node.log import NodeLog
@@ -59,7 +62,7 @@ from laminar_cluster.rebalance.node.rebalance_node import (
 )
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
-from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
@@ -80,12 +83,16 @@ MOVED_FIGURES: Final = (
 )
 
 
+# The data plane of a node: built once the node's store and clock are known.
+PlaneFactory = Callable[[ObjectStore, Clock], DataPlane]
+
+
 class StreamMetrics(PlacementSink, Protocol):
     """What a `StreamNode` reports to (`metrics.NodeMetrics` is one)."""
 
-    def update_from(self, controller: StoreClusterController, engine: StreamEngine) -> None: ...
+    def update_from(self, controller: StoreClusterController, engine: EngineView) -> None: ...
 
-    async def update_lag_from(self, engine: StreamEngine, *, deadline: float) -> int: ...
+    async def update_lag_from(self, engine: EngineView, *, deadline: float) -> int: ...
 
     def checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None: ...
 
@@ -151,8 +158,8 @@ class CountedCheckpointer:
 
 
 class StreamNode:
-    """One node process with the reference engine over `store` (the caller opens and closes
-    it); `run`, `request_leave` and `stop` are the `RebalanceNode`'s."""
+    """One node process with a data plane (default: the reference engine) over `store` (the
+    caller opens and closes it); `run`, `request_leave` and `stop` are the `RebalanceNode`'s."""
 
     def __init__(
         self,
@@ -164,11 +171,13 @@ class StreamNode:
         stream: StreamNodeConfig | None = None,
         metrics: StreamMetrics | None = None,
         store_wrapper: StoreWrapper | None = None,
+        data_plane: PlaneFactory | None = None,
     ) -> None:
         self.stream = stream or StreamNodeConfig()
         self.metrics = metrics
         self.log = log
-        self.engine: StreamEngine | None = None
+        self._plane_factory = data_plane or self._stream_engine
+        self.engine: EngineView | None = None
         self.participant: CheckpointParticipant | None = None
         self.checkpoints: Counter[str] = Counter()  # calls this node led, by verdict/"failed"
         self.node = RebalanceNode(
@@ -201,7 +210,16 @@ class StreamNode:
     # -- RebalanceNode hooks -------------------------------------------------------------------
     def _restoring(self) -> tuple[int, ...]:
         engine = self.engine
-        return () if engine is None else tuple(engine.table.restoring)
+        return () if engine is None else tuple(engine.host.restoring)
+
+    def _stream_engine(self, store: ObjectStore, clock: Clock) -> DataPlane:
+        """The default data plane: the reference engine over the store's event log."""
+        return StreamEngine(
+            clock=clock,
+            log=EventLog(store, clock=clock),
+            processor=KeyedAggregation(),
+            config=self.stream.engine,
+        )
 
     def _engine(
         self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
@@ -209,17 +227,16 @@ class StreamNode:
         node = self.node
         if node.decisions is None or node.authority is None:
             raise AssertionError("the node builds its authority before its engine")
-        engine = StreamEngine(
+        view = embed_plane(
             clock=clock,
             participant=participant,
-            log=EventLog(node.store, clock=clock),
-            processor=KeyedAggregation(),
+            plane=self._plane_factory(node.store, clock),
             restorer=CheckpointRestorer(node.store, node.decisions, node.authority),
             config=self.stream.engine,
             checkpointer=checkpointer,
         )
-        self.engine = engine
-        return engine
+        self.engine = view
+        return view.engine
 
     def _checkpointer(
         self,
@@ -247,7 +264,7 @@ class StreamNode:
             self.node.store,
             ctx.clock,
             ctx.authority,
-            engine,
+            engine.host,
             stream.checkpoint_poll_s,
             prepare_timeout_s=stream.prepare_timeout_s,
             decision_timeout_s=stream.decision_timeout_s,
@@ -256,7 +273,7 @@ class StreamNode:
         self.participant = participant
         observer = _Observer(self, engine)
         return [
-            ("engine", engine.run(shutdown)),
+            ("engine", engine.host.run(shutdown)),
             ("participant", participant.run(shutdown)),
             ("observer", observer.run(shutdown)),
         ]
@@ -268,7 +285,7 @@ class _Observer:
     `progress` log events."""
 
     owner: StreamNode
-    engine: StreamEngine
+    engine: EngineView
     _rotations: int = 0
     _next_progress_s: float = 0.0
     _shown: tuple[int, ...] = ()

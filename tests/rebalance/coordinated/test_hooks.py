@@ -27,7 +27,7 @@ from laminar_cluster.rebalance.coordinated.hooks import (
     settle_stopped_source_drain_after_recovery_quorum,
 )
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
-from laminar_cluster.rebalance.engine.base import BaseEngine, ShuffleState
+from laminar_cluster.rebalance.engine.base import ShuffleState
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.loop import rebalance_attempt
 from laminar_cluster.rebalance.node.selection import (
@@ -38,6 +38,7 @@ from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import open_store
+from tests.rebalance.engine.recording import RecordingEngine
 from tests.rebalance.hooks_support import (
     CONFIG,
     Scenario,
@@ -218,7 +219,7 @@ def test_t68_live_retry_yields_to_recovery() -> None:
     asyncio.run(main())
 
 
-class ReplacementSourceEngine(BaseEngine):
+class ReplacementSourceEngine(RecordingEngine):
     """A BaseEngine whose replacement source task (after coordinated recovery) may have
     exited before it committed the drain verdict, as a real connector can report."""
 

@@ -1,7 +1,8 @@
-"""`BaseEngine`, the in-memory `RebalanceEngine` (spec_rebalance §6.2): adoption rules (§4.14,
-§4.11 B), gates and the authority revision (§4.1, §4.12, §4.15), source-drain receipts (§2.8,
-§4.6, §4.13), the cold-bootstrap rule of recovery adoption, stopped recovery (§4.18) and
-checkpoint admission (§4.7). The handoff checkpointer is in test_handoff_checkpoint.py.
+"""`BaseEngine`, the in-memory `RebalanceEngine` (RB §6.2): adoption rules (RB §4.14,
+RB §4.11 B), gates and the authority revision (RB §4.1, RB §4.12, RB §4.15), source-drain
+receipts (RB §2.8, RB §4.6, RB §4.13), the cold-bootstrap rule of recovery adoption, stopped
+recovery (RB §4.18) and checkpoint admission (RB §4.7). The handoff checkpointer is in
+test_handoff_checkpoint.py; the data-plane host in test_vnode_host.py.
 
 Node 1 is the local process throughout; boots are UUID(int=node*11) (tests.assignment).
 """
@@ -44,6 +45,7 @@ from laminar_cluster.rebalance.interfaces import (
 )
 from laminar_cluster.rebalance.refusals import Refusal
 from tests.assignment.snapshot_support import draining, participant, snapshot
+from tests.rebalance.engine.recording import RecordingEngine
 from tests.rebalance.refusal_support import raises_because
 
 ME = participant(1)
@@ -66,8 +68,8 @@ def engine_on(
     checkpointer: Checkpointer | None = None,
     vnode_state_ready: VnodeStateReady | None = None,
     adopt_hook: AdoptHook | None = None,
-) -> BaseEngine:
-    return BaseEngine(
+) -> RecordingEngine:
+    return RecordingEngine(
         clock=clock,
         participant=ME,
         checkpointer=checkpointer,
@@ -80,7 +82,7 @@ def later(clock: SimulatedClock) -> float:
     return clock.monotonic() + 30.0
 
 
-async def running(clock: SimulatedClock, current: AssignmentSnapshot = V1) -> BaseEngine:
+async def running(clock: SimulatedClock, current: AssignmentSnapshot = V1) -> RecordingEngine:
     """An engine that adopted `current` and activated its fence."""
     engine = engine_on(clock)
     await engine.adopt_assignment(current, deadline=later(clock))
@@ -107,7 +109,6 @@ def test_control_engine_satisfies_the_engine_protocol() -> None:
         assert engine.cluster_intake_fenced()
         assert not engine.installed_vnode_state()
         assert not engine.runtime_cancelled() and not engine.coordinated_recovery_in_progress()
-        assert not engine.has_unapplied_vnode_transition()
 
     run(body)
 
@@ -479,7 +480,7 @@ def test_stopped_recovery_keeps_the_stopped_terminal_round() -> None:
         round_ = drain_id(transition)
         assert engine.stopped_terminal_round(transition.predecessor) == round_
         assert engine.stopped_terminal_round(snapshot_fence(V2)) is None
-        # The replacement generation re-applies the durable verdict before Release (§4.18).
+        # The replacement generation re-applies the durable verdict before Release (RB §4.18).
         await engine.resolve_local_source_drain(round_, ABORT, deadline=later(clock))
         assert engine.owned_source_drain_resolved(round_, ABORT)
         engine.leave_stopped_recovery()

@@ -1,4 +1,4 @@
-"""`LeaderCheckpointer` behind `BaseEngine.checkpoint_until` (spec_rebalance §4.7): a real
+"""`LeaderCheckpointer` behind `BaseEngine.checkpoint_until` (RB §4.7): a real
 leader authority (`LeaderLeaseStore` on memory://, a term begun with `begin_new_term`) records a
 cluster Commit whose fence is the installed fence and whose recovery capsule loads and covers the
 fence, each participant with its vnodes. Expected failures come back as success=False.
@@ -128,7 +128,7 @@ def test_handoff_checkpoint_binds_the_drain_predecessor() -> None:
         assert transition is not None
         result = await cluster.engine.checkpoint_until(deadline=cluster.deadline())
         outcome = await cluster.committed(result)
-        # §4.7 step 3: the Commit binds the predecessor cut.
+        # RB §4.7 step 3: the Commit binds the predecessor cut.
         assert outcome.assignment_fence == transition.predecessor
 
     run(body)

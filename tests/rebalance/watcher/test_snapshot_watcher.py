@@ -442,30 +442,6 @@ def test_publication_closes_when_authority_revision_moved() -> None:
     run(body)
 
 
-def test_pending_vnode_transition_keeps_predecessor_authority() -> None:
-    """§4.11 B: a recovery participant with an unapplied vnode transition does not suspend or
-    adopt; it keeps republishing the exact predecessor."""
-
-    async def body(clock: SimulatedClock, store: ObjectStore) -> None:
-        cluster = await started(clock, store)
-        joiner = cluster.proc(3)
-        await cluster.checkpoint()
-        await cluster.leave(2)
-        leader = cluster.proc(1)
-        assert await try_rebalance(leader.ctx, leader.controller.assignable_instances()) == 2
-        joiner.engine.set_unapplied_vnode_transition(True)
-        await cluster.tick(3)
-        assert joiner.engine.registry().version == 1
-        assert joiner.engine.call_count("adopt_recovery_assignment") == 0
-        assert await cluster.faulted_nodes() == {1}
-        assert joiner.watcher.durable_snapshot == cluster.v1
-        joiner.engine.set_unapplied_vnode_transition(False)
-        await cluster.tick(3)
-        assert joiner.engine.registry().version == 2
-
-    run(body)
-
-
 class _LeaderRecoversFirst(AssignmentSnapshotStore):
     """The head as the leader's own watcher reads it while the leader's rebalance attempt runs:
     the first load lets `before` (the leader's recovery) finish first, so the tick began with

@@ -1,12 +1,12 @@
-"""Source-drain receipts of `BaseEngine`, one per drain round (spec_rebalance §2.8, §4.6,
-§4.13, §4.18).
+"""Source-drain receipts of `BaseEngine`, one per drain round (RB §2.8, RB §4.6,
+RB §4.13, RB §4.18).
 
 A round is *prepared* once (every local source stops at one cut; a repeat is a no-op) and later
 *resolved* Commit or Abort (idempotent; the other verdict is Refused, DRAIN_RESOLVED_OTHERWISE).
 At most one prepared round is open at a time: its sources are stopped (another round is Refused,
 OTHER_DRAIN_OPEN). Resolution without a preparation is accepted,
 because a replacement source generation after coordinated recovery, or a predecessor that never
-acked, must still apply the durable verdict (§4.18). Entering stopped recovery turns the open
+acked, must still apply the durable verdict (RB §4.18). Entering stopped recovery turns the open
 round into the *stopped* round (`stopped_terminal_round`) whose source tasks are gone.
 """
 

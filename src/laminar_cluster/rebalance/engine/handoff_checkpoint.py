@@ -1,4 +1,4 @@
-"""The pre-rotation (handoff) checkpoint of a process without a data plane (spec_rebalance §4.7).
+"""The pre-rotation (handoff) checkpoint of a process without a data plane (RB §4.7).
 
 `Checkpointer` is what `BaseEngine.checkpoint_until` delegates to: one complete cluster
 checkpoint under the installed fence (and drain transition), decided in the leader authority.
@@ -11,7 +11,7 @@ real is everything the control plane verifies afterwards:
    owner map gives it, `portable=True`, chained to the previous committed capsule;
 3. a cluster Commit outcome recorded under the fence with the leader proof
    (`authority.cluster_outcomes.record_cluster_outcome`), which the rotation then reads back and
-   checks against `transition.predecessor` (§4.7 steps 2-3).
+   checks against `transition.predecessor` (RB §4.7 steps 2-3).
 
 Expected failures never raise: they come back as `CheckpointResult(success=False, error=...)`,
 the deadline passing included, with the error of the kind that says what to do next: no live
@@ -70,7 +70,7 @@ OwnersOf = Callable[[CheckpointAssignmentFence], Sequence[int] | None]
 
 class Checkpointer(Protocol):
     """One complete cluster checkpoint under `fence` (and `transition`), decided in the leader
-    authority (§4.7). Returns success=False with the error for every expected failure."""
+    authority (RB §4.7). Returns success=False with the error for every expected failure."""
 
     async def __call__(
         self,
@@ -82,7 +82,7 @@ class Checkpointer(Protocol):
 
 
 class LeaderCheckpointer:
-    """Commits an empty-state cluster checkpoint under the fence, as the leader (§4.7).
+    """Commits an empty-state cluster checkpoint under the fence, as the leader (RB §4.7).
 
     `proof()` is the current leader proof (None when this process is not the leader);
     `owners_of(fence)` the owner map the fence certifies, e.g. the engine's registry owners.

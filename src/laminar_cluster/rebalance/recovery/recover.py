@@ -66,7 +66,7 @@ from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import (
     close_local_assignment_authority,
     ensure_local_recovery_fault,
-    try_suspend_recovery_assignment_authority,
+    suspend_recovery_assignment_authority,
 )
 from laminar_cluster.rebalance.interfaces import EngineState, cut_name, recovery_cut
 from laminar_cluster.rebalance.recovery.inflight import (
@@ -330,15 +330,9 @@ def release_after_recovery_adoption(ctx: RebalanceContext, scope: RecoveryScope)
 async def prepare_recovery_assignment_adoption(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
 ) -> RecoveryScope:
-    """§4.9 step 6: suspend (refused while a local vnode transition is unapplied); a
-    participant then faults, settles the predecessor's in-flight checkpoint (leader only) and
-    must be able to bootstrap cold. Returns the local scope."""
-    version = snapshot.assignment_version
-    if not await try_suspend_recovery_assignment_authority(ctx, deadline=deadline):
-        raise Refused(
-            f"recovery assignment {version}: a local vnode transition is still unapplied",
-            reason=Refusal.VNODE_TRANSITION_UNAPPLIED,
-        )
+    """§4.9 step 6: suspend; a participant then faults, settles the predecessor's in-flight
+    checkpoint (leader only) and must be able to bootstrap cold. Returns the local scope."""
+    await suspend_recovery_assignment_authority(ctx, deadline=deadline)
     scope = local_recovery_assignment_scope(snapshot, ctx.me)
     if scope is RecoveryScope.OWNERLESS:
         return scope

@@ -45,7 +45,7 @@ from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
     suspend_local_assignment_authority,
-    try_suspend_recovery_assignment_authority,
+    suspend_recovery_assignment_authority,
 )
 from laminar_cluster.rebalance.interfaces import Adoption, SourceDrainOutcome
 from laminar_cluster.rebalance.recovery.recover import (
@@ -232,9 +232,7 @@ class SnapshotWatcher(WatcherState):
                 await self._suspend(head_deadline, f"recovery assignment refused: {error}")
                 return None
             if scope is RecoveryScope.PARTICIPANT:
-                prepared = await self._prepare_participant_recovery(
-                    head, outcome, head_deadline, revision
-                )
+                prepared = await self._prepare_participant_recovery(head, outcome, head_deadline)
                 if prepared is None:
                     return None
                 revision = prepared
@@ -294,23 +292,15 @@ class SnapshotWatcher(WatcherState):
         head: AssignmentSnapshot,
         outcome: AuditedAssignmentAuthority,
         head_deadline: float,
-        revision: int,
     ) -> int | None:
-        """Branch B for a recovery participant: suspend, fault, settle, cold-bootstrap check."""
+        """Branch B for a recovery participant: suspend, fault, settle, cold-bootstrap check;
+        the engine's authority revision, or None when a step failed."""
         ctx = self.ctx
         try:
-            suspended = await try_suspend_recovery_assignment_authority(ctx, deadline=head_deadline)
+            await suspend_recovery_assignment_authority(ctx, deadline=head_deadline)
         except STEP_FAILURES as error:
             self.dirty = True
             logger.warning("recovery assignment: suspension failed: %s", error)
-            return None
-        if not suspended:  # a local vnode transition is still applying: keep the predecessor
-            try:
-                await self.ensure_current_assignment_authority_cached(outcome)
-            except STEP_FAILURES as error:
-                logger.warning("predecessor authority not re-audited: %s", error)
-                return None
-            await self.publish_authority(revision)
             return None
         self.clear_caches()
         self.installed_fence = None
