@@ -24,6 +24,7 @@ from laminar_cluster.store import (
     ReadBack,
     put_resolved,
 )
+from laminar_cluster.store.counting import CountingStore
 from laminar_cluster.store.probe import CHECKS, probe_store_contract
 
 
@@ -143,6 +144,62 @@ def test_missing_object_raises_not_found(store: ObjectStore) -> None:
             await store.get("nothing/here")
         with pytest.raises(ObjectNotFound):
             await store.head("nothing/here")
+
+    run(body())
+
+
+def test_sc10_a_conditional_read_answers_none_until_the_object_changes(
+    store: ObjectStore,
+) -> None:
+    async def body() -> None:
+        first = await store.put("p/pointer", b"one", CREATE)
+        current = await store.get("p/pointer")
+        assert current.meta.e_tag is not None
+        assert await store.get_if_changed("p/pointer", current.meta.e_tag) is None
+        changed = await store.get_if_changed("p/pointer", "not-the-e-tag")
+        assert changed is not None and changed.body == b"one"
+        await store.put("p/pointer", b"two", IfMatch(e_tag=first.e_tag, version=first.version))
+        after = await store.get_if_changed("p/pointer", current.meta.e_tag)
+        assert after is not None and after.body == b"two" and after.complete
+        assert after.meta.e_tag != current.meta.e_tag
+        assert after.meta.e_tag is not None
+        assert await store.get_if_changed("p/pointer", after.meta.e_tag) is None
+        with pytest.raises(ObjectNotFound):
+            await store.get_if_changed("p/absent", "anything")
+
+    run(body())
+
+
+def test_sc11_a_ranged_read_returns_one_slice_of_one_version(store: ObjectStore) -> None:
+    async def body() -> None:
+        await store.put("r/slices", b"0123456789", CREATE)
+        middle = await store.get_range("r/slices", 3, 7)
+        assert middle.body == b"3456"
+        assert middle.meta.size == 10
+        assert (await store.get_range("r/slices", 0, 10)).body == b"0123456789"
+        assert (await store.get_range("r/slices", 8, 20)).body == b"89"
+        assert (await store.get_range("r/slices", 5, 5)).body == b""
+        with pytest.raises(InvalidArgument):
+            await store.get_range("r/slices", 7, 3)
+        with pytest.raises(ObjectNotFound):
+            await store.get_range("r/absent", 0, 4)
+
+    run(body())
+
+
+def test_sc12_delete_many_deletes_every_key_and_counts_batches(store: ObjectStore) -> None:
+    async def body() -> None:
+        keys = [f"d/{index:04}" for index in range(1_005)]
+        await asyncio.gather(*(store.put(key, b"x", CREATE) for key in keys[:40]))
+        counting = CountingStore(store)
+        await counting.delete_many([*keys[:40], "d/absent"])
+        assert await store.list("d/") == []
+        assert counting.requests["delete"] == 1
+        counting.reset()
+        await counting.delete_many(keys)
+        assert counting.requests["delete"] == 2  # 1,000 keys per multi-object delete
+        with pytest.raises(InvalidArgument):
+            await store.delete_many("d/0001")  # a str is not a sequence of keys
 
     run(body())
 

@@ -33,6 +33,9 @@ class MetricsStore(ForwardingStore):
         self.metrics = metrics
 
     async def _forward(self, op: str, call: Awaitable[T]) -> T:
+        return await self._forward_many(op, 1, call)
+
+    async def _forward_many(self, op: str, requests: int, call: Awaitable[T]) -> T:
         try:
             return await call
         except ObjectNotFound:
@@ -43,4 +46,4 @@ class MetricsStore(ForwardingStore):
             self.metrics.store_error(op, type(error).__name__)
             raise
         finally:
-            self.metrics.store_request(op)
+            self.metrics.store_request(op, requests)

@@ -224,8 +224,8 @@ class NodeMetrics:
             raise InvalidArgument(f"events processed must be >= 0, not {events}")
         self.events.inc(events)
 
-    def store_request(self, op: str) -> None:
-        self.store_requests.labels(op=op).inc()
+    def store_request(self, op: str, requests: int = 1) -> None:
+        self.store_requests.labels(op=op).inc(requests)
 
     def store_error(self, op: str, kind: str) -> None:
         self.store_errors.labels(op=op, kind=kind).inc()

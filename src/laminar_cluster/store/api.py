@@ -15,6 +15,17 @@ Semantics every backend gives (docs/protocols/store-contract.md SC-1 .. SC-9, ch
 * `list(prefix)` is a string-prefix listing, sorted by key, without temporary objects.
 * `delete` is idempotent and visible to the next `get`.
 
+Three requests with default implementations on top of those five, which the backends replace
+with one request each (wrappers forward them):
+
+* `get_if_changed(key, e_tag)` is a conditional read (`If-None-Match`): None when the object's
+  current e_tag is `e_tag` (S3 answers 304 and bills one GET), else the whole object. The cheap
+  way to watch a small pointer object that changes now and then.
+* `get_range(key, start, end)` reads bytes `[start, end)` (clipped to the object) with the
+  metadata of the same version: one slice of an object that holds several.
+* `delete_many(keys)` deletes several objects; S3 takes up to `DELETE_BATCH_KEYS` keys per
+  request (a multi-object delete), other backends one request per key.
+
 Errors: `ObjectNotFound`, `ObjectAlreadyExists`, `PreconditionFailed`, `NotSupported` are the
 store's definite answers; `StoreUnavailable` means the request failed and nothing changed as far
 as anyone knows (reads), `WriteOutcomeUnknown` that a write may have been applied. A request no
@@ -26,6 +37,7 @@ any I/O by the checks below (`check_get`, `check_put`, `check_list`).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -99,6 +111,8 @@ PutMode = Create | Overwrite | IfMatch
 
 CREATE: Final = Create()
 OVERWRITE: Final = Overwrite()
+# The most keys one multi-object delete names on S3 (and what `delete_many` is billed per).
+DELETE_BATCH_KEYS: Final = 1_000
 
 
 class ObjectStore(abc.ABC):
@@ -135,6 +149,27 @@ class ObjectStore(abc.ABC):
     async def delete(self, key: str) -> None:
         """Remove the object; removing a missing object is not an error."""
 
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        """None if the object's e_tag is still `e_tag`, else the whole object (ObjectNotFound if
+        it is gone). The default reads the object and compares; backends send one conditional
+        GET instead."""
+        check_e_tag(key, e_tag)
+        result = await self.get(key)
+        return None if result.meta.e_tag == e_tag else result
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        """Bytes `[start, end)` of the object (clipped to its size), with the metadata of the
+        same version. The default reads the first `end` bytes; backends read only the range."""
+        check_range(key, start, end)
+        result = await self.get(key, end=end)
+        return GetResult(meta=result.meta, body=result.body[start:])
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete every key (missing ones are not an error). The default deletes one by one;
+        S3 backends send one multi-object delete per `DELETE_BATCH_KEYS` keys."""
+        for key in check_keys(keys):
+            await self.delete(key)
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; the default has none."""
 
@@ -152,6 +187,36 @@ def check_put(key: str, body: bytes, mode: PutMode) -> None:
         raise InvalidArgument(f"put {key}: the body must be bytes, not {type(body).__name__}")
     if not isinstance(mode, Create | Overwrite | IfMatch):
         raise InvalidArgument(f"put {key}: unknown put mode {mode!r}")
+
+
+def check_e_tag(key: str, e_tag: str) -> None:
+    """A valid key and a non-empty str e_tag (InvalidArgument otherwise)."""
+    validate_key(key)
+    if not isinstance(e_tag, str) or not e_tag:
+        raise InvalidArgument(f"get {key}: the e_tag to compare must be a non-empty str")
+
+
+def check_range(key: str, start: int, end: int) -> None:
+    """A valid key and ints 0 <= start <= end (InvalidArgument otherwise)."""
+    validate_key(key)
+    _check_count(f"get {key}: start", start)
+    _check_count(f"get {key}: end", end)
+    if start is None or end is None or start > end:
+        raise InvalidArgument(f"get {key}: range [{start}, {end}) is reversed")
+
+
+def check_keys(keys: Sequence[str]) -> tuple[str, ...]:
+    """Every key valid (InvalidArgument otherwise); the keys as a tuple."""
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise InvalidArgument(f"delete_many: keys must be a sequence of str, not {keys!r:.80}")
+    for key in keys:
+        validate_key(key)
+    return tuple(keys)
+
+
+def delete_requests(key_count: int) -> int:
+    """How many requests S3 bills for deleting `key_count` keys with `delete_many`."""
+    return -(-key_count // DELETE_BATCH_KEYS)
 
 
 def check_list(prefix: str, offset: str | None, limit: int | None) -> None:

@@ -28,16 +28,19 @@ class CountingStore(ForwardingStore):
         self.requests.clear()
         self.errors.clear()
 
-    def _count(self, op: str, error: BaseException | None = None) -> None:
-        self.requests[op] += 1
+    def _count(self, op: str, error: BaseException | None = None, requests: int = 1) -> None:
+        self.requests[op] += requests
         if error is not None:
             self.errors[type(error).__name__] += 1
 
     async def _forward(self, op: str, call: Awaitable[T]) -> T:
+        return await self._forward_many(op, 1, call)
+
+    async def _forward_many(self, op: str, requests: int, call: Awaitable[T]) -> T:
         try:
             result = await call
         except Exception as error:
-            self._count(op, error)
+            self._count(op, error, requests)
             raise
-        self._count(op)
+        self._count(op, None, requests)
         return result

@@ -20,6 +20,7 @@ fault is drawn, as on every backend (`api.check_*`); so is a bad configuration.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from laminar_cluster.clock import Clock, seeded_random
@@ -38,9 +39,12 @@ from laminar_cluster.store.api import (
     ObjectStore,
     PutMode,
     PutResult,
+    check_e_tag,
     check_get,
+    check_keys,
     check_list,
     check_put,
+    check_range,
 )
 from laminar_cluster.store.keys import validate_key
 
@@ -149,6 +153,22 @@ class FaultyStore(ObjectStore):
         kind = await self._before("delete", key)
         await self.inner.delete(key)
         self._after(kind, "delete", key, None)
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        check_e_tag(key, e_tag)
+        await self._before("get", key)
+        return await self.inner.get_if_changed(key, e_tag)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        check_range(key, start, end)
+        await self._before("get", key)
+        return await self.inner.get_range(key, start, end)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        batch = check_keys(keys)
+        kind = await self._before("delete", batch[0] if batch else "")
+        await self.inner.delete_many(batch)
+        self._after(kind, "delete", batch[0] if batch else "", None)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -49,9 +49,11 @@ from laminar_cluster.store.api import (
     Overwrite,
     PutMode,
     PutResult,
+    check_e_tag,
     check_get,
     check_list,
     check_put,
+    check_range,
 )
 from laminar_cluster.store.keys import validate_key
 
@@ -91,6 +93,16 @@ class FileStore(ObjectStore):
     async def head(self, key: str) -> ObjectMeta:
         path = self._object_path(key)
         return (await asyncio.to_thread(self._read_sync, key, path, 0)).meta
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        check_e_tag(key, e_tag)
+        path = self._object_path(key)
+        return await asyncio.to_thread(self._read_unless_sync, key, path, None, 0, e_tag)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        check_range(key, start, end)
+        path = self._object_path(key)
+        return await asyncio.to_thread(self._read_sync, key, path, end, start)
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
         check_put(key, body, mode)
@@ -186,14 +198,29 @@ class FileStore(ObjectStore):
             raise StoreUnavailable(f"{key}: cannot create directory {parent}: {error}") from error
         return True
 
-    def _read_sync(self, key: str, path: str, end: int | None) -> GetResult:
-        """FS-5: header, size and body all come from one open fd, so from one version."""
+    def _read_sync(self, key: str, path: str, end: int | None, start: int = 0) -> GetResult:
+        """Bytes `[start, end)` of the body, clipped to it, with its metadata."""
+        result = self._read_unless_sync(key, path, end, start, None)
+        assert result is not None  # no e_tag to compare: always a result
+        return result
+
+    def _read_unless_sync(
+        self, key: str, path: str, end: int | None, start: int, unless_e_tag: str | None
+    ) -> GetResult | None:
+        """FS-5: header, size and body all come from one open fd, so from one version. Bytes
+        `[start, end)` of the body, clipped to it; None without reading the body when the
+        version is `unless_e_tag` (a conditional read)."""
         try:
             with open(path, "rb") as file:
                 stat = os.fstat(file.fileno())
                 generation = _parse_header(key, file.read(HEADER_BYTES))
+                if generation == unless_e_tag:
+                    return None
                 size = stat.st_size - HEADER_BYTES
-                wanted = size if end is None else min(end, size)
+                first = min(start, size)
+                wanted = (size if end is None else min(end, size)) - first
+                if first:
+                    file.seek(HEADER_BYTES + first)
                 body = file.read(wanted)
         except _MISSING as error:
             raise ObjectNotFound(f"{key}: no such object", key=key) from error

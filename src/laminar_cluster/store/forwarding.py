@@ -6,10 +6,17 @@ default passes the call through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
-from laminar_cluster.store.api import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
+from laminar_cluster.store.api import (
+    GetResult,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    PutResult,
+    delete_requests,
+)
 
 T = TypeVar("T")
 
@@ -41,6 +48,20 @@ class ForwardingStore(ObjectStore):
 
     async def delete(self, key: str) -> None:
         await self._forward("delete", self.inner.delete(key))
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        return await self._forward("get", self.inner.get_if_changed(key, e_tag))
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        return await self._forward("get", self.inner.get_range(key, start, end))
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Forwarded as one `delete` per request S3 bills (`api.delete_requests`)."""
+        await self._forward_many("delete", delete_requests(len(keys)), self.inner.delete_many(keys))
+
+    async def _forward_many(self, op: str, requests: int, call: Awaitable[T]) -> T:
+        """A call that costs `requests` requests of kind `op` (none: no request)."""
+        return await call
 
     async def close(self) -> None:
         await self.inner.close()

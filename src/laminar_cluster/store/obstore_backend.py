@@ -28,7 +28,7 @@ import atexit
 import datetime
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import obstore
@@ -44,6 +44,7 @@ from laminar_cluster.errors import (
     WriteOutcomeUnknown,
 )
 from laminar_cluster.store.api import (
+    DELETE_BATCH_KEYS,
     Create,
     GetResult,
     ObjectMeta,
@@ -51,9 +52,12 @@ from laminar_cluster.store.api import (
     Overwrite,
     PutMode,
     PutResult,
+    check_e_tag,
     check_get,
+    check_keys,
     check_list,
     check_put,
+    check_range,
 )
 from laminar_cluster.store.keys import validate_key
 
@@ -103,6 +107,45 @@ class ObstoreStore(ObjectStore):
     async def head(self, key: str) -> ObjectMeta:
         validate_key(key)
         return _meta(await _read(key, lambda: obstore.head_async(self._inner, key)))
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        check_e_tag(key, e_tag)
+        options: Any = {"if_none_match": e_tag}
+        try:
+            result = await obstore.get_async(self._inner, key, options=options)
+        except obx.NotModifiedError:
+            return None
+        except _OBSTORE_ERRORS as error:
+            raise _read_error(key, error) from error
+        body = bytes(await _read(key, result.bytes_async))
+        return GetResult(meta=_meta(result.meta), body=body)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        check_range(key, start, end)
+        if start == end:
+            return GetResult(meta=await self.head(key), body=b"")
+        options: Any = {"range": (start, end)}
+        try:
+            result = await _read(key, lambda: obstore.get_async(self._inner, key, options=options))
+        except StoreUnavailable as error:
+            if "range" not in str(error).lower():
+                raise
+            # A range past the end of the object: read it whole (it is short) and clip.
+            whole = await self.get(key, end=end)
+            return GetResult(meta=whole.meta, body=whole.body[start:])
+        body = bytes(await _read(key, result.bytes_async))
+        return GetResult(meta=_meta(result.meta), body=body)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        batch = check_keys(keys)
+        for first in range(0, len(batch), DELETE_BATCH_KEYS):
+            chunk = list(batch[first : first + DELETE_BATCH_KEYS])
+            try:
+                await obstore.delete_async(self._inner, chunk)
+            except (FileNotFoundError, obx.NotFoundError):
+                continue
+            except _OBSTORE_ERRORS as error:
+                raise _write_error(chunk[0], error) from error
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
         check_put(key, body, mode)

@@ -63,6 +63,12 @@ class ReadRetryingStore(ForwardingStore):
     async def head(self, key: str) -> ObjectMeta:
         return await self._read(lambda: self.inner.head(key))
 
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        return await self._read(lambda: self.inner.get_if_changed(key, e_tag))
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        return await self._read(lambda: self.inner.get_range(key, start, end))
+
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:

@@ -42,6 +42,6 @@ class PurposeCountingStore(CountingStore):
         figures["total"] = self.total
         return figures
 
-    def _count(self, op: str, error: BaseException | None = None) -> None:
-        super()._count(op, error)
-        self.by_purpose[_PURPOSE.get()] += 1
+    def _count(self, op: str, error: BaseException | None = None, requests: int = 1) -> None:
+        super()._count(op, error, requests)
+        self.by_purpose[_PURPOSE.get()] += requests
