@@ -23,7 +23,7 @@ from laminar_cluster.assignment.snapshot_io import (
     load_raw,
 )
 from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
@@ -125,7 +125,9 @@ def run_assignment(url: str, *, version: int | None, as_json: bool) -> int:
     absent version (an empty store is reported and exits 0)."""
 
     try:
-        view = run_on_store(url, lambda store: view_assignment(store, version))
+        view = run_on_store(url, lambda store: view_assignment(store, version), must_exist=True)
+    except InvalidArgument:
+        raise  # a store that cannot be used, a bad URL: a usage error (exit 2)
     except LaminarError as error:
         return _fail(url, f"{type(error).__name__}: {error}", as_json)
     if view == _EMPTY and version is None:

@@ -92,7 +92,10 @@ async def publish_authority(
                 await suspend_local_assignment_authority(ctx, deadline=deadline)
             except STEP_FAILURES as error:
                 logger.warning("authority suspension failed: %s", error)
-            logger.warning("owner-complete assignment certificate unavailable; authority suspended")
+            logger.info(
+                "waiting for the owner-complete assignment certificate (every owner reports "
+                "its vnode state); the assignment authority starts once it is complete"
+            )
         return
     transition = state.durable_drain_transition
     if transition is not None and transition.predecessor != fence:
