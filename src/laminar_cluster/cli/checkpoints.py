@@ -24,7 +24,7 @@ def run_checkpoints(url: str, *, as_json: bool) -> int:
 
 
 def _say(label: str, value: Any) -> None:
-    console.print(f"{label:<17}{cell(value)}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{label:<16} {cell(value)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print(report: CheckpointReport) -> None:

@@ -96,7 +96,7 @@ def _print_lease(view: LeaseView) -> None:
 
 
 def _say(label: str, value: Any) -> None:
-    console.print(f"{label:<18}{cell(value)}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{label:<17} {cell(value)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def run_authority(url: str, *, as_json: bool) -> int:

@@ -277,7 +277,8 @@ def leave_message(node: StreamNode, config: NodeConfig) -> str:
     timeout = f"{config.leave_timeout_s:g} s (--leave-timeout)"
     if others:
         why = (
-            f"waiting until nodes {', '.join(map(str, others))} took over this node's vnodes, "
+            f"waiting until node{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} "
+            "took over this node's vnodes, "
             f"at most {timeout}"
         )
     else:

@@ -185,10 +185,10 @@ def _print_output(figures: dict[str, Any]) -> None:
             "parameters `produce` was run with."
         )
         return
+    in_log = "" if produced is None else ", as the event log holds"
     say(
         f"[red]check failed[/red]: {check['lost']:,} events lost, {check['duplicated']:,} "
-        f"counted twice (expected {expected:,}, all {produced if produced is not None else '?'} "
-        "in the event log)"
+        f"counted twice (expected {expected:,}{in_log})"
     )
     for row in check["mismatched_keys"]:
         say(f"  key {row['key']}: committed {row['committed']}, expected {row['expected']}")

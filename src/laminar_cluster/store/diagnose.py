@@ -34,9 +34,9 @@ from laminar_cluster.store.api import ObjectStore
 SECRET_WORDS: Final = ("secret", "token", "password", "key", "sas", "credential", "signature")
 DIAGNOSE_PREFIX: Final = "control/"
 NO_CREDENTIALS: Final = (
-    "no S3 credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
-    "access_key_id=...&secret_access_key=... in the URL"
+    "no S3 credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or access_key_id=... in the URL"
 )
+PLACEHOLDERS: Final = frozenset({"...", "***"})  # shown as they are: no secret
 _SECRET_OPTION = re.compile(
     r"(?P<name>[A-Za-z0-9_]*(?:"
     + "|".join(SECRET_WORDS)
@@ -81,7 +81,10 @@ def redact_url(url: str) -> str:
 def redact_text(text: str) -> str:
     """`text` with every `secret_option=value` pair's value as `***` (for error messages and
     log lines that may quote a URL)."""
-    return _SECRET_OPTION.sub(lambda m: f"{m.group('name')}=***", text)
+    return _SECRET_OPTION.sub(
+        lambda m: m.group(0) if m.group("value") in PLACEHOLDERS else f"{m.group('name')}=***",
+        text,
+    )
 
 
 def parse_file_url(url: str) -> tuple[str, dict[str, str]]:

@@ -12,12 +12,12 @@ forwarded record of the library's own `logging` output, at its level). The strea
 writes `refused`, `started` (the metrics endpoint) and `signal` (cli.node). `EVENT_LEVELS`
 gives each event its level; every other event is INFO.
 
-A problem that repeats (a WARNING or ERROR line equal to the previous one but for its timings)
-is written once; its repeats are counted and reported as one `repeated` line (`of`, `count`,
-`message`) when another problem comes, every `REPEAT_REPORT_S` while it lasts, and at `stopped`.
-While a problem repeats it is the node's `problem` (None again after an event that shows
-progress, `PROGRESS_EVENTS`), for health reporting. Secrets in a line are redacted
-(`store.diagnose.redact_text`).
+A problem (a WARNING or ERROR line) is written once: a line equal to one already written but
+for its timings is counted instead, and the counts are reported as one `repeated` line per
+problem (`of`, `count`, `message`) every `REPEAT_REPORT_S`, at the next event that shows
+progress (`PROGRESS_EVENTS`, which also forgets the problems) and at `stopped`. While a problem
+repeats it is the node's `problem` (None again after progress), for health reporting.
+Secrets in a line are redacted (`store.diagnose.redact_text`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from laminar_cluster.clock import Clock
@@ -43,6 +44,7 @@ PROBLEM_LEVELS: Final = frozenset({"WARNING", "ERROR", "CRITICAL"})
 PROGRESS_EVENTS: Final = frozenset({"checkpoint", "rotated", "adopted", "activated", "seeded"})
 VOLATILE_FIELDS: Final = frozenset({"took_s", "attempt_s", "attempt_started", "after_s"})
 REPEAT_REPORT_S: Final = 60.0
+PROBLEMS_KEPT_MAX: Final = 64  # distinct problems remembered until progress is made
 
 
 def iso_utc(wall_ms: int) -> str:
@@ -51,15 +53,20 @@ def iso_utc(wall_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@dataclass(slots=True)
+class _Problem:
+    event: str
+    message: str
+    repeats: int = 0
+
+
 class NodeLog:
     """JSON lines on `stream`, flushed per line (a killed process loses no finished line)."""
 
     def __init__(self, stream: TextIO, clock: Clock, node: int) -> None:
         self._stream, self._clock, self.node = stream, clock, node
-        self._last_problem: tuple[str, str] | None = None  # (event, signature)
-        self._last_message = ""
-        self._repeats = 0
-        self._reported_s = 0.0
+        self._problems: dict[tuple[str, str], _Problem] = {}  # by (event, signature)
+        self._reported_s = clock.monotonic()
         self.problem: str | None = None
 
     def write(self, event: str, **fields: Any) -> None:
@@ -67,43 +74,40 @@ class NodeLog:
         self.write_at(EVENT_LEVELS.get(event, "INFO"), event, **fields)
 
     def write_at(self, level: str, event: str, **fields: Any) -> None:
-        """One line at `level`; a repeat of the previous problem is counted instead (module
-        docstring)."""
+        """One line at `level`; a repeat of a problem already written is counted instead
+        (module docstring)."""
         if level in PROBLEM_LEVELS:
             signature = json.dumps(
                 {k: v for k, v in fields.items() if k not in VOLATILE_FIELDS},
                 sort_keys=True,
                 default=str,
             )
-            if self._last_problem == (event, signature):
-                self._repeats += 1
-                self.problem = self._last_message
+            known = self._problems.get((event, signature))
+            if known is not None:
+                known.repeats += 1
+                self.problem = known.message
                 if self._clock.monotonic() - self._reported_s >= REPEAT_REPORT_S:
                     self._report_repeats()
                 return
-            self._report_repeats()
-            self._last_problem = (event, signature)
-            self._last_message = _message(event, fields)
-            self._reported_s = self._clock.monotonic()
+            if len(self._problems) >= PROBLEMS_KEPT_MAX:
+                self._report_repeats()
+                self._problems.clear()
+            self._problems[(event, signature)] = _Problem(event, _message(event, fields))
         elif event in PROGRESS_EVENTS:
             self._report_repeats()
-            self._last_problem, self.problem = None, None
+            self._problems.clear()
+            self.problem = None
         elif event == "stopped":
             self._report_repeats()
         self._emit(event, level, fields)
 
     def _report_repeats(self) -> None:
-        if self._repeats and self._last_problem is not None:
-            self._emit(
-                "repeated",
-                "WARNING",
-                {
-                    "of": self._last_problem[0],
-                    "count": self._repeats,
-                    "message": self._last_message,
-                },
-            )
-        self._repeats = 0
+        """One `repeated` line per problem repeated since the last report."""
+        for problem in self._problems.values():
+            if problem.repeats:
+                fields = {"of": problem.event, "count": problem.repeats, "message": problem.message}
+                self._emit("repeated", "WARNING", fields)
+                problem.repeats = 0
         self._reported_s = self._clock.monotonic()
 
     def _emit(self, event: str, level: str, fields: dict[str, Any]) -> None:
