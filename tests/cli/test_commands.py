@@ -102,3 +102,5 @@ def test_demo_runs_end_to_end_on_a_local_store(tmp_path: Path) -> None:
     assert figures["rotations"] >= 3  # the join, the recovery, the leave
     assert figures["leader_kill"]["recovery_s"] > 0
     assert figures["leave"]["left_s"] > 0
+    assert figures["scratch"]["kept"] is False  # issue 17: removed unless --keep
+    assert not Path(figures["scratch"]["path"]).exists()

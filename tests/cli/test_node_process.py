@@ -93,7 +93,8 @@ def test_json_logs_with_time_and_level_and_a_graceful_leave_is_info(tmp_path: Pa
         nodes += [Node(url, n, tmp_path / f"node{n}.log") for n in (1, 2)]
         for node in nodes:
             node.wait_for(lambda e: _adopted(e) and e["version"] >= 1)
-        nodes[0].wait_for(lambda e: e["event"] == "members" and len(e["members"]) == 2)
+        for node in nodes:  # each sees the other: node 2's leave has someone to wait for
+            node.wait_for(lambda e: e["event"] == "members" and len(e["members"]) == 2)
         nodes[1].signal(signal.SIGTERM)
         assert nodes[1].process.wait(timeout=WAIT_S) == 0
         said = nodes[1].wait_for(lambda e: e["event"] == "signal")

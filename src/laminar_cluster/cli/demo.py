@@ -76,11 +76,13 @@ def run_demo(
     figures, passed = asyncio.run(run_demo_scenario(url, workload, scratch, view, timings))
     figures["wall_s"] = round(clock.monotonic() - started, 2)
     figures["store"] = redact_url(url)
+    kept = keep or not passed
+    figures["scratch"] = {"path": str(scratch), "kept": kept}
     if as_json:
         print_json(figures)
     else:
         _print_summary(figures)
-    if passed and not keep:
+    if not kept:
         shutil.rmtree(scratch, ignore_errors=True)
         view.say(f"removed the scratch directory {escape(str(scratch))}")
     else:
