@@ -9,7 +9,15 @@ from typing import Any
 
 from laminar_cluster.clock import RealClock
 from laminar_cluster.views.checkpoints import CheckpointReport, inspect_checkpoints
-from laminar_cluster.views.output import cell, console, print_json, run_on_store, show, table
+from laminar_cluster.views.output import (
+    cell,
+    console,
+    print_json,
+    run_on_store,
+    say_problem,
+    show,
+    table,
+)
 
 
 def run_checkpoints(url: str, *, as_json: bool) -> int:
@@ -41,12 +49,7 @@ def _print(report: CheckpointReport) -> None:
     _print_cluster(report)
     _print_local(report)
     for problem in report.problems:
-        console.print(
-            f"AUDIT FAILED {problem['object']}: {problem['error']}",
-            style="red",
-            markup=False,
-            soft_wrap=True,
-        )
+        say_problem("AUDIT FAILED", problem["object"], str(problem["error"]))
     if report.ok:
         console.print("every outcome and the references it makes check out", style="green")
 

@@ -27,7 +27,15 @@ from laminar_cluster.views.lease import (
     decisions_of,
     view_lease,
 )
-from laminar_cluster.views.output import cell, console, print_json, run_on_store, show, table
+from laminar_cluster.views.output import (
+    cell,
+    console,
+    print_json,
+    run_on_store,
+    say_problem,
+    show,
+    table,
+)
 from laminar_cluster.views.references import check_authority_references
 
 
@@ -90,9 +98,7 @@ def _print_lease(view: LeaseView) -> None:
     for note in view.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for problem in view.problems:
-        console.print(
-            f"CORRUPT {problem.object}: {problem.error}", style="red", markup=False, soft_wrap=True
-        )
+        say_problem("CORRUPT", problem.object, problem.error)
 
 
 def _say(label: str, value: Any) -> None:
@@ -150,12 +156,7 @@ def _print_authority(audit: AuthorityAudit, summary: dict[str, Any]) -> None:
     for note in audit.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for problem in audit.problems:
-        console.print(
-            f"AUDIT FAILED {problem.object}: {problem.error}",
-            style="red",
-            markup=False,
-            soft_wrap=True,
-        )
+        say_problem("AUDIT FAILED", problem.object, problem.error)
     if audit.ok:
         console.print(
             "the leader authority log is consistent, and every reference it makes resolves",

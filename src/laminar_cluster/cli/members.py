@@ -9,7 +9,15 @@ from rich.text import Text
 
 from laminar_cluster.clock import RealClock
 from laminar_cluster.views.members import AGE_NOTE, LIVE_STATES, MembersView, view_members
-from laminar_cluster.views.output import cell, console, print_json, run_on_store, show, table
+from laminar_cluster.views.output import (
+    cell,
+    console,
+    print_json,
+    run_on_store,
+    say_problem,
+    show,
+    table,
+)
 
 
 def run_members(url: str, *, as_json: bool) -> int:
@@ -67,4 +75,4 @@ def _print_table(view: MembersView) -> None:
         show(rows)
         console.print(f"note: {AGE_NOTE}", style="dim", soft_wrap=True)
     for problem in view.problems:
-        console.print(f"CORRUPT {problem['object']}: {problem['error']}", style="red", markup=False)
+        say_problem("CORRUPT", problem["object"], problem["error"])

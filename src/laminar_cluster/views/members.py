@@ -23,15 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from laminar_cluster.errors import CorruptRecord, ObjectNotFound
+from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.membership.discovery import MEMBERSHIP_NODES_MAX, SUSPECT_TTL_FRACTION
-from laminar_cluster.membership.paths import NODES_PREFIX, node_lease_path, parse_node_lease_path
-from laminar_cluster.membership.records import (
-    MAX_NODE_LEASE_RECORD_BYTES,
-    NodeLeaseRecord,
-    NodeState,
-    decode_node_record,
-)
+from laminar_cluster.membership.paths import NODES_PREFIX, parse_node_lease_path
+from laminar_cluster.membership.process_lease import read_node_record
+from laminar_cluster.membership.records import NodeLeaseRecord, NodeState
 from laminar_cluster.store import ObjectStore
 
 AGE_NOTE: Final = (
@@ -94,13 +90,10 @@ async def read_member(
     store: ObjectStore, node: int, now_ms: int
 ) -> tuple[NodeLeaseRecord, int] | None:
     """The node's record and the age of its last write (ms), or None when absent."""
-    key = node_lease_path(node)
-    try:
-        got = await store.get(key, end=MAX_NODE_LEASE_RECORD_BYTES + 1)
-    except ObjectNotFound:
+    stored = await read_node_record(store, node)
+    if stored is None:
         return None
-    record = decode_node_record(got.body, key=key, node=node)
-    return record, now_ms - got.meta.last_modified_ms
+    return stored.record, now_ms - stored.last_modified_ms
 
 
 async def view_members(store: ObjectStore, now_ms: int) -> MembersView:

@@ -64,6 +64,11 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def say_problem(label: str, where: str | None, error: str) -> None:
+    """One problem on one line, in red: `AUDIT FAILED <object>: <error>`."""
+    console.print(f"{label} {where}: {error}", style="red", markup=False, soft_wrap=True)
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout, for `--json`."""
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
