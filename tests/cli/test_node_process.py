@@ -217,3 +217,26 @@ def test_a_sigkilled_node_is_dead_not_left(tmp_path: Path) -> None:
         text = run("status", "--store", url).stdout
         line = next(row for row in text.splitlines() if row.startswith(f"│ {victim_id} "))
         assert line.split("│")[2].strip() == "dead"  # the state column
+
+
+def test_a_full_restart_reads_as_routine(tmp_path: Path) -> None:
+    """Both nodes SIGKILLed and started again: adopting after the restart (the assignment
+    names the earlier boots until the recovery) and the authority waiting for its first
+    certificate are INFO, so the restarted nodes log no WARNING or ERROR."""
+    url = _url(tmp_path)
+    with cluster() as nodes:
+        nodes += [Node(url, n, tmp_path / f"first{n}.log") for n in (1, 2)]
+        for node in nodes:
+            node.wait_for(lambda e: e["event"] == "checkpoint" or _adopted(e))
+        nodes[0].wait_for(lambda e: e["event"] == "members" and len(e["members"]) == 2)
+        for node in nodes:
+            node.process.kill()
+            node.process.wait(timeout=10)
+        restarted = [Node(url, n, tmp_path / f"again{n}.log") for n in (1, 2)]
+        nodes += restarted
+        for node in restarted:  # a recovery assignment names the new boots
+            node.wait_for(lambda e: _adopted(e) and e["version"] >= 2, timeout_s=60)
+        time.sleep(1)
+        for node in restarted:
+            loud = [e for e in node.events() if e["level"] != "INFO"]
+            assert loud == [], loud

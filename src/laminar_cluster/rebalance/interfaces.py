@@ -60,6 +60,11 @@ class RebalanceError(LaminarError):
     The message is the spec's wording (§9 "Logging"): tests and operators match on it."""
 
 
+class AssignmentNamesEarlierBoot(RebalanceError):
+    """The assignment gives this node's vnodes to an earlier boot of it: after a restart this
+    is routine, and the leader's recovery assignment follows (§4.14)."""
+
+
 class ShuffleNotReady(StoreUnavailable):
     """Adoption must wait: the local graph still consumes a staged transition under the
     predecessor certificate (§4.11 B). Retry on the next tick."""

@@ -15,6 +15,7 @@ from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant,
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.interfaces import (
     Adoption,
+    AssignmentNamesEarlierBoot,
     InitialState,
     RebalanceError,
     RegistrySnapshot,
@@ -82,7 +83,7 @@ def acquired_vnodes(
         )
     owned = tuple(v for v, owner in enumerate(snapshot.owners) if owner == me.node_id)
     if owned and me not in snapshot.participants:
-        raise RebalanceError(
+        raise AssignmentNamesEarlierBoot(
             f"assignment {snapshot.assignment_version} gives node {me.node_id}'s vnodes to "
             "another boot"
         )

@@ -47,7 +47,12 @@ from laminar_cluster.rebalance.gates import (
     suspend_local_assignment_authority,
     try_suspend_recovery_assignment_authority,
 )
-from laminar_cluster.rebalance.interfaces import Adoption, ShuffleNotReady, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import (
+    Adoption,
+    AssignmentNamesEarlierBoot,
+    ShuffleNotReady,
+    SourceDrainOutcome,
+)
 from laminar_cluster.rebalance.recovery.recover import (
     prepare_watched_recovery_adoption,
     release_after_recovery_adoption,
@@ -261,7 +266,7 @@ class SnapshotWatcher(WatcherState):
                 return None
             return revision
         except STEP_FAILURES as error:
-            logger.warning("assignment %d: adoption failed: %s", head.assignment_version, error)
+            _log_adoption_failure(head.assignment_version, error)
             return revision
         self.cache(head)
         revision = engine.authority_revision()
@@ -420,3 +425,12 @@ class SnapshotWatcher(WatcherState):
         await ensure_current_assignment_authority_cached(
             self.ctx, self, audited_successor, deadline=self.ctx.head_deadline()
         )
+
+
+def _log_adoption_failure(version: int, error: Exception) -> None:
+    """An assignment naming an earlier boot of this node is routine after a restart (INFO,
+    the leader's recovery assignment follows); any other adoption failure is a WARNING."""
+    if isinstance(error, AssignmentNamesEarlierBoot):
+        logger.info("%s (an earlier boot of this node); waiting for the recovery", error)
+    else:
+        logger.warning("assignment %d: adoption failed: %s", version, error)
