@@ -1,12 +1,20 @@
 # Two entry points, both self-contained on a fresh Debian machine with Python 3.11:
 #   make demo   set up .venv and run the main job
-#   make test   set up .venv, then lint, type-check and run the tests
+#   make test   set up .venv and the console test's browser, then lint, type-check and run
+#               the tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit soak clean
+# The console's browser test drives Debian's Chromium through its driver (never a downloaded
+# browser). Installed when missing (CI runs as root on a fresh Debian); without it the test
+# fails, it does not skip.
+BROWSER_BINARIES := /usr/bin/chromium /usr/bin/chromedriver
+BROWSER_PACKAGES := chromium chromium-driver
+SUDO := $(shell test "$$(id -u)" -eq 0 || echo sudo)
+
+.PHONY: demo test lint typecheck unit soak clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +32,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+browser:
+	@for binary in $(BROWSER_BINARIES); do test -x $$binary || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing $(BROWSER_PACKAGES) for the console's browser test"; \
+		log=$$(mktemp); \
+		if ! { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			$(SUDO) apt-get install -y -qq $(BROWSER_PACKAGES); } >$$log 2>&1; then \
+			cat $$log; rm -f $$log; exit 1; \
+		fi; \
+		rm -f $$log; \
+	fi
+
+test: lint typecheck browser
 	$(BIN)/pytest -m "not soak"
 
 soak: $(STAMP)

@@ -30,6 +30,7 @@ LAYERS = [
     "runtime",
     "metrics",
     "views",
+    "console",
     "harness",
     "bench",
     "cli",

@@ -21,14 +21,30 @@ Each kind says what the caller does next (SlateDB RFC 0007):
 |                      | store outcomes of one request, handled where they are       |
 |                      | expected (they are race results at the store boundary)      |
 
-Messages name the object and one fact, with numbers.
+Messages name the object and one fact, with numbers. They are for people: code and tests
+never branch on them. Where a caller branches on which check refused it, the raiser attaches a
+`reason` (a member of an enum its layer defines once, e.g. `rebalance.refusals.Refusal`).
+
+A loop that re-reads the durable state before it acts again retries exactly `RETRYABLE`
+(for WriteOutcomeUnknown, that re-read is its read-back); it stops on Fenced and reports
+CorruptRecord; an exception that is not a LaminarError is a bug and propagates.
 """
 
 from __future__ import annotations
 
+import enum
+from typing import Final
+
 
 class LaminarError(Exception):
-    """Base of every error raised on purpose by laminar-cluster."""
+    """Base of every error raised on purpose by laminar-cluster.
+
+    `reason`: which check refused, for callers and tests that branch on it (None: nobody does).
+    """
+
+    def __init__(self, *args: object, reason: enum.Enum | None = None) -> None:
+        super().__init__(*args)
+        self.reason = reason
 
 
 class InvalidArgument(LaminarError):
@@ -49,16 +65,19 @@ class WriteOutcomeUnknown(LaminarError):
     Deliberately not a StoreUnavailable: a blind retry of a write is never safe.
     """
 
-    def __init__(self, message: str, *, key: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, key: str, reason: enum.Enum | None = None) -> None:
+        super().__init__(message, reason=reason)
         self.key = key
 
 
 class CorruptRecord(LaminarError):
-    """An object in the store is malformed, foreign or oversized: report it, never trust it."""
+    """Durable state is malformed, foreign, oversized or inconsistent with itself: report it
+    (naming `key`, the object, when one is to blame), never trust it."""
 
-    def __init__(self, message: str, *, key: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, *, key: str | None = None, reason: enum.Enum | None = None
+    ) -> None:
+        super().__init__(message, reason=reason)
         self.key = key
 
 
@@ -84,8 +103,8 @@ class InventoryChanged(LaminarError):
 class StoreError(LaminarError):
     """A definite answer from the store about one object (the request was processed)."""
 
-    def __init__(self, message: str, *, key: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, key: str, reason: enum.Enum | None = None) -> None:
+        super().__init__(message, reason=reason)
         self.key = key
 
 
@@ -108,3 +127,42 @@ class PreconditionFailed(StoreError):
 
 class NotSupported(StoreError):
     """The backend cannot perform this kind of request."""
+
+
+# What a loop that re-reads before acting again may retry (module docstring).
+RETRYABLE: Final = (
+    StoreUnavailable,
+    DeadlineExceeded,
+    Contended,
+    Refused,
+    WriteOutcomeUnknown,
+    InventoryChanged,
+)
+
+_PLAIN_KINDS: Final = (
+    InvalidArgument,
+    DeadlineExceeded,
+    StoreUnavailable,
+    Fenced,
+    Contended,
+    Refused,
+    InventoryChanged,
+)
+_STORE_KINDS: Final = (ObjectNotFound, ObjectAlreadyExists, PreconditionFailed, NotSupported)
+
+
+def restated(error: LaminarError, message: str, *, reason: enum.Enum | None = None) -> LaminarError:
+    """`error`'s kind again (its class in this module; a subclass such as ProcessFenced becomes
+    its kind) with `message`, `error`'s key, and `reason` (default: `error`'s): for a caller
+    that says what it was doing and raises it `from error`, so the kind survives the wrapping.
+    A LaminarError of no kind stays one."""
+    why = error.reason if reason is None else reason
+    if isinstance(error, WriteOutcomeUnknown):
+        return WriteOutcomeUnknown(message, key=error.key, reason=why)
+    if isinstance(error, CorruptRecord):
+        return CorruptRecord(message, key=error.key, reason=why)
+    if isinstance(error, StoreError):
+        store_kind = next((k for k in _STORE_KINDS if isinstance(error, k)), StoreError)
+        return store_kind(message, key=error.key, reason=why)
+    kind = next((k for k in _PLAIN_KINDS if isinstance(error, k)), LaminarError)
+    return kind(message, reason=why)

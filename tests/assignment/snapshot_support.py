@@ -1,4 +1,4 @@
-"""Builders for assignment snapshot store tests (spec_rebalance §7: boots are UUID(int=node*11))."""
+"""Builders for assignment snapshot store tests (boots are UUID(int=node*11), as in AS §2.13)."""
 
 from __future__ import annotations
 

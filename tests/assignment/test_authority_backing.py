@@ -1,4 +1,4 @@
-"""AS-6 with the real leader authority (spec_rebalance §2.5, §2.6, §2.11; T60): a recovery
+"""AS-6 with the real leader authority (AS §2.5, AS §2.6, AS §2.11; RB-T60): a recovery
 decision is admitted against `AssignmentSnapshotStore` as the authority's snapshot source and
 materialized through `materialize_assignment_recovery`; a drain is finalized with its recorded
 decision; the read-side audit finds both backed and reports a bare committed successor.
@@ -45,7 +45,7 @@ def _snapshot(version: int, owners: list[int]) -> AssignmentSnapshot:
 
 
 @LOCAL
-def test_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore]) -> None:
+def test_as6_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         auth, proof = await leader(store)
@@ -79,7 +79,7 @@ def test_authority_backs_recovery_and_drain(make_store: Callable[[], ObjectStore
         assert await snaps.finalize_drain(drain, terminal, commit) == Rotated(terminal)
         decisions = AuthorityDecisions(auth)
         assert await audit_authority_backing(store, decisions) == []
-        # T60: a bare committed successor has no decision.
+        # RB-T60: a bare committed successor has no decision.
         await snaps.save_if_version(_snapshot(4, [1, 2, 2, 1]), 3)
         problems = await audit_authority_backing(store, decisions)
         assert [(p.version, p.reason) for p in problems] == [

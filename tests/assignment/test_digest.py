@@ -1,4 +1,4 @@
-"""spec_rebalance §2.13 digest vectors (T16) and the owner-map fence rules (§2.2)."""
+"""AS §2.13 digest vectors (RB-T16) and the owner-map fence rules (AS §2.2)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ P1 = FenceParticipant(node_id=1, boot_incarnation=str(uuid.UUID(int=11)))
 P2 = FenceParticipant(node_id=2, boot_incarnation=str(uuid.UUID(int=22)))
 
 
-def test_t16_digest_vectors() -> None:
+def test_rb_t16_digest_vectors() -> None:
     assert owner_map_digest(3, [1, 2, 1]).hex() == (
         "69dfadb2183f2e0d2a11771e2a9990e622abc002b0908f157f54507a77542eb9"
     )

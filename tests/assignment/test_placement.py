@@ -1,4 +1,4 @@
-"""spec_rebalance §3.2 successor roster and §3.4 locality metrics (T22, T23)."""
+"""AS §3.2 successor roster and AS §3.4 locality metrics (RB-T22, RB-T23)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.fencing import FenceParticipant
 
 
-def test_t22_locality_parse() -> None:
+def test_rb_t22_locality_parse() -> None:
     full = Locality.parse("region=us-east-1;zone=us-east-1a;rack=r17")
     assert full.tiers == ("us-east-1", "us-east-1a", "r17")
     assert full.domain_at(0) == "us-east-1"
@@ -28,7 +28,7 @@ def test_t22_locality_parse() -> None:
     assert Locality.parse(" ; zone = z1 ;;bare ").tiers == ("z1", "bare")
 
 
-def test_t23_placement_metrics() -> None:
+def test_rb_t23_placement_metrics() -> None:
     nodes = [(1, Locality.parse("region=r;zone=z1")), (2, Locality.parse("region=r;zone=z2"))]
     metrics = placement_metrics([1, 1, 2, 0], nodes, 1)
     assert metrics.vnodes_per_domain == {"r;z1": 2, "r;z2": 1, "unknown": 1}

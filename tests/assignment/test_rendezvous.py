@@ -1,4 +1,5 @@
-"""Rendezvous placement (spec_rebalance §3.1-§3.3, T17-T21): the spec's vectors, and the
+"""Rendezvous placement (AS §3.1-§3.3, RB-T17 .. RB-T21): the vectors of AS §3.1
+and AS §3.3, and the
 minimal-movement properties."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.fencing import FenceParticipant
 
 
-def test_spec_weight_vectors() -> None:
+def test_rb_t18_weight_vectors() -> None:
     assert weight(0, 3) == 0xA9C537F75B27A974
     assert weight(0, 5) == 0xACE144D934729048
     assert weight(0, 7) == 0xA19E70708438A272
@@ -36,11 +37,11 @@ def test_spec_weight_vectors() -> None:
         (8, [7, 3, 5], [5, 7, 3, 5, 5, 7, 5, 5]),
     ],
 )
-def test_t18_rendezvous_vectors(count: int, peers: list[int], expected: list[int]) -> None:
+def test_rb_t18_rendezvous_vectors(count: int, peers: list[int], expected: list[int]) -> None:
     assert rendezvous_assignment(count, peers) == expected
 
 
-def test_t19_rendezvous_minimal_movement() -> None:
+def test_rb_t19_rendezvous_minimal_movement() -> None:
     before = rendezvous_assignment(256, [1, 2, 3])
     after = rendezvous_assignment(256, [1, 2, 3, 4])
     assert vnodes_per_node(before) == {1: 91, 2: 72, 3: 93}
@@ -49,11 +50,11 @@ def test_t19_rendezvous_minimal_movement() -> None:
     assert len(moved) == 64 and all(after[v] == 4 for v in moved)
 
 
-def test_t17_rendezvous_order_independent() -> None:
+def test_rb_t17_rendezvous_order_independent() -> None:
     assert rendezvous_assignment(64, [9, 2, 5, 2]) == rendezvous_assignment(64, [2, 5, 9])
 
 
-def test_t20_rendezvous_single_and_empty() -> None:
+def test_rb_t20_rendezvous_single_and_empty() -> None:
     assert rendezvous_assignment(256, [42]) == [42] * 256
     with pytest.raises(InvalidArgument):
         rendezvous_assignment(4, [])
@@ -96,7 +97,7 @@ def participant(node: int, boot: int) -> FenceParticipant:
     return FenceParticipant(node_id=node, boot_incarnation=str(uuid.UUID(int=boot)))
 
 
-def test_t21_retain_healthy_predecessor() -> None:
+def test_rb_t21_retain_healthy_predecessor() -> None:
     assignment = rendezvous_assignment(2, [3, 5, 7])
     assert assignment == [5, 7]
     predecessors = [participant(3, 33), participant(9, 99)]
@@ -105,7 +106,7 @@ def test_t21_retain_healthy_predecessor() -> None:
     assert assignment == [3, 7]
 
 
-def test_t21_retain_without_a_donor_raises() -> None:
+def test_rb_t21_retain_without_a_donor_raises() -> None:
     assignment = [1]
     with pytest.raises(InvalidArgument, match="cannot retain healthy predecessor 2"):
         retain_recovery_predecessors(

@@ -1,6 +1,7 @@
 """Ambiguous and failed writes of the assignment snapshot store (docs/protocols/
-assignment-snapshots.md, "Outcomes of each conditional write"; spec_rebalance §2.11, T41 at the
-store level) and the bounded proposal prune (AS-8), on the memory store with scripted faults."""
+assignment-snapshots.md, "Outcomes of each conditional write"; AS §2.11, AS-3: a retry after an
+ambiguous create) and the bounded proposal prune (AS-8), on the memory store with scripted
+faults."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_ambiguous_creates_settle_by_read_back() -> None:
         drain = draining(v1, [1, 2])
         store.fail_next(FaultKind.AFTER_AS_CONFLICT, key_prefix=SNAPSHOTS_PREFIX)
         assert await snaps.save_if_version(drain, 1) == Rotated(drain)
-        assert await snaps.save_if_version(drain, 1) == Rotated(drain)  # T41: a plain retry
+        assert await snaps.save_if_version(drain, 1) == Rotated(drain)  # AS-3: a plain retry
         terminal = committed_target(drain, now_ms=3)
         store.fail_next(FaultKind.AFTER, key_prefix=FINALIZATIONS_PREFIX)
         commit = decision(drain, AssignmentVerdict.COMMIT)
@@ -70,7 +71,7 @@ def test_phantom_conflict_is_unknown_then_retried() -> None:
     asyncio.run(main())
 
 
-def test_prune_of_proposals_is_bounded_and_resumes() -> None:
+def test_as8_prune_of_proposals_is_bounded_and_resumes() -> None:
     async def main() -> None:
         store, snaps = _faulty()
         await snaps.save_if_absent(snapshot(1, [1, 1]))

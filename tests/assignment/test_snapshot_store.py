@@ -1,9 +1,10 @@
-"""Assignment snapshot store scenarios T1-T15 of spec_rebalance §7 on memory, file:// and the S3
-test server (protocol doc docs/protocols/assignment-snapshots.md)."""
+"""Assignment snapshot store invariants AS-1 .. AS-9 and scenarios RB-T1 .. RB-T15 and RB-T60
+on memory, file:// and the S3 test server (docs/protocols/assignment-snapshots.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 import msgspec
@@ -47,7 +48,7 @@ def run(make_store: Callable[[], ObjectStore], scenario: Callable[..., object]) 
     asyncio.run(main())
 
 
-def test_t01_seed_roundtrip(make_store: Callable[[], ObjectStore]) -> None:
+def test_as1_seed_roundtrip(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         first = snapshot(1, [1, 1])
         assert await snaps.save_if_absent(first) == first
@@ -59,7 +60,7 @@ def test_t01_seed_roundtrip(make_store: Callable[[], ObjectStore]) -> None:
     run(make_store, scenario)
 
 
-def test_t02_seed_only_v1(make_store: Callable[[], ObjectStore]) -> None:
+def test_as1_seed_only_v1(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         with pytest.raises(InvalidArgument, match="version 1"):
             await snaps.save_if_absent(snapshot(2, [1, 1]))
@@ -71,7 +72,7 @@ def test_t02_seed_only_v1(make_store: Callable[[], ObjectStore]) -> None:
     run(make_store, scenario)
 
 
-def test_t03_cas_requires_plus_one(make_store: Callable[[], ObjectStore]) -> None:
+def test_as3_cas_requires_plus_one(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         await snaps.save_if_absent(snapshot(1, [1, 1]))
         with pytest.raises(InvalidArgument, match="monotonic"):
@@ -85,7 +86,7 @@ def test_t03_cas_requires_plus_one(make_store: Callable[[], ObjectStore]) -> Non
     run(make_store, scenario)
 
 
-def test_t04_cas_racers(make_store: Callable[[], ObjectStore]) -> None:
+def test_as3_cas_racers(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
         await snaps.save_if_absent(snapshot(1, [1, 1]))
         other = AssignmentSnapshotStore(store)
@@ -102,7 +103,7 @@ def test_t04_cas_racers(make_store: Callable[[], ObjectStore]) -> None:
     run(make_store, scenario)
 
 
-def test_t05_noncontiguous_inventory_fails(make_store: Callable[[], ObjectStore]) -> None:
+def test_as2_noncontiguous_inventory_fails(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
         await snaps.save_if_absent(snapshot(1, [1, 1]))
         await store.put(snapshot_path(3), encode(snapshot(3, [1, 1])), CREATE)
@@ -112,7 +113,7 @@ def test_t05_noncontiguous_inventory_fails(make_store: Callable[[], ObjectStore]
     run(make_store, scenario)
 
 
-def test_t06_noncanonical_name_fails_sibling_ignored(
+def test_as2_noncanonical_name_fails_sibling_ignored(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
@@ -135,7 +136,7 @@ async def _draining_v2(snaps: AssignmentSnapshotStore) -> tuple[AssignmentSnapsh
     return v1, drain
 
 
-def test_t07_finalize_commit_overlay(make_store: Callable[[], ObjectStore]) -> None:
+def test_as4_finalize_commit_overlay(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         drain = (await _draining_v2(snaps))[1]
         assert await snaps.load() == drain
@@ -151,7 +152,7 @@ def test_t07_finalize_commit_overlay(make_store: Callable[[], ObjectStore]) -> N
     run(make_store, scenario)
 
 
-def test_t08_finalize_single_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_as4_finalize_single_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         v1, drain = await _draining_v2(snaps)
         rollback = aborted_target(drain, v1, now_ms=3_000)
@@ -167,7 +168,7 @@ def test_t08_finalize_single_winner(make_store: Callable[[], ObjectStore]) -> No
     run(make_store, scenario)
 
 
-def test_t09_finalize_rejects_stale_or_foreign(make_store: Callable[[], ObjectStore]) -> None:
+def test_as4_finalize_rejects_stale_or_foreign(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         drain = (await _draining_v2(snaps))[1]
         foreign = snapshot(2, [2, 2])
@@ -185,7 +186,7 @@ def test_t09_finalize_rejects_stale_or_foreign(make_store: Callable[[], ObjectSt
     run(make_store, scenario)
 
 
-def test_t10_recovery_materialization_preferred(make_store: Callable[[], ObjectStore]) -> None:
+def test_as7_recovery_materialization_preferred(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, _: ObjectStore) -> None:
         await _draining_v2(snaps)  # a stale drain wins the raw v2 key
         recovered = snapshot(2, [1, 1], at_ms=7)
@@ -205,7 +206,7 @@ def test_t10_recovery_materialization_preferred(make_store: Callable[[], ObjectS
     run(make_store, scenario)
 
 
-def test_t11_prune_keeps_pair(make_store: Callable[[], ObjectStore]) -> None:
+def test_as8_prune_keeps_pair(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
         v = await _draining_v2(snaps)
         commit = committed_target(v[1], now_ms=3)
@@ -230,7 +231,7 @@ def test_t11_prune_keeps_pair(make_store: Callable[[], ObjectStore]) -> None:
     run(make_store, scenario)
 
 
-def test_t12_proposal_content_addressed(make_store: Callable[[], ObjectStore]) -> None:
+def test_as5_proposal_content_addressed(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
         proposal = snapshot(2, [1, 2])
         ref = await snaps.stage_recovery_proposal(proposal)
@@ -255,7 +256,33 @@ def _bad(**changes: object) -> AssignmentSnapshot:
     return msgspec.structs.replace(snapshot(1, [1, 2]), **changes)
 
 
-def test_t13_snapshot_validation() -> None:
+def test_as9_records_are_validated_before_writing_and_after_reading(
+    make_store: Callable[[], ObjectStore],
+) -> None:
+    async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
+        with pytest.raises(InvalidArgument, match="owner"):  # rule 6: owner 0 is no participant
+            await snaps.save_if_absent(_bad(owners=(1, 0)))
+        assert await store.list("control/") == []  # refused before any write
+        await snaps.save_if_absent(snapshot(1, [1, 2]))
+        unsorted = _bad(assignment_version=2, participants=(participant(2), participant(1)))
+        with pytest.raises(InvalidArgument):  # rule 5
+            await snaps.save_if_version(unsorted, 1)
+        with pytest.raises(InvalidArgument):  # rule 6: a participant owning nothing
+            await snaps.stage_recovery_proposal(_bad(assignment_version=2, owners=(1, 1)))
+        assert [meta.key for meta in await store.list("control/")] == [snapshot_path(1)]
+        # Bytes written behind the store's back are refused on read, naming the object.
+        await store.put(snapshot_path(2), encode(_bad(assignment_version=2, owners=(1, 0))), CREATE)
+        with pytest.raises(CorruptRecord, match=re.escape(snapshot_path(2))):
+            await snaps.load()
+        await store.delete(snapshot_path(2))
+        await store.put(snapshot_path(2), encode(snapshot(3, [1, 2])), CREATE)
+        with pytest.raises(CorruptRecord, match="payload version 3 is not path version 2"):
+            await snaps.load_version(2)
+
+    run(make_store, scenario)
+
+
+def test_as9_snapshot_validation() -> None:
     many = tuple(participant(n) for n in range(1, 131))
     cases = {
         "owner 0": _bad(owners=(1, 0)),
@@ -276,7 +303,7 @@ def test_t13_snapshot_validation() -> None:
     # ABI != 1 cannot be expressed: the ABI is the constant 1 inside every digest.
 
 
-def test_t14_drain_certificate_binds_target() -> None:
+def test_as9_drain_certificate_binds_target() -> None:
     v1 = snapshot(1, [1, 1])
     drain = draining(v1, [1, 2])
     transition = drain.drain_transition
@@ -290,7 +317,7 @@ def test_t14_drain_certificate_binds_target() -> None:
     assert to_vnode_vec(drain, 2) == [1, 2]
 
 
-def test_t15_abort_restores_roster() -> None:
+def test_as4_abort_restores_roster() -> None:
     v1 = snapshot(1, [1, 2])
     drain = draining(v1, [1, 3])  # node 2 replaced by node 3
     rollback = aborted_target(drain, v1, now_ms=5)
@@ -308,7 +335,7 @@ class _Decisions:
         return self.decisions.get(target_version)
 
 
-def test_t60_bare_successor_audit(make_store: Callable[[], ObjectStore]) -> None:
+def test_as6_bare_successor_audit(make_store: Callable[[], ObjectStore]) -> None:
     async def scenario(snaps: AssignmentSnapshotStore, store: ObjectStore) -> None:
         drain = (await _draining_v2(snaps))[1]
         assert await audit_authority_backing(store, _Decisions({})) == []  # open intent

@@ -25,6 +25,7 @@ from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
@@ -58,7 +59,7 @@ class FakeHost:
 
     async def cut(self, prepare: CheckpointPrepare, *, deadline: float) -> Cut:
         if self.refuse:
-            raise RuntimeError(f"node {self.me.node_id} refuses the cut")
+            raise Refused(f"node {self.me.node_id} refuses the cut")
         self.cuts.append(prepare.attempt)
         cut = expected_cut(self.me.node_id, self.vnodes, prepare.attempt.checkpoint_id)
         vnodes = dict(cut.vnodes)

@@ -66,7 +66,7 @@ async def prepared_ids(cluster: Cluster) -> list[int]:
 
 
 @pytest.mark.parametrize("owners", [(1, 1, 2, 2), (1, 1, 1, 2, 2, 2, 3, 3)])
-def test_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> None:
+def test_dc2_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> None:
     async def body(cluster: Cluster) -> None:
         nodes = sorted(set(owners))
         participants = [cluster.participant(cluster.host(n)) for n in nodes]
@@ -101,7 +101,7 @@ def test_commit_with_every_participant(url: str, owners: tuple[int, ...]) -> Non
     run(url, body, owners=owners)
 
 
-def test_successive_commits_chain_their_capsules(url: str) -> None:
+def test_dc2_successive_commits_chain_their_capsules(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
         async with cluster.running(participants):
@@ -116,7 +116,7 @@ def test_successive_commits_chain_their_capsules(url: str) -> None:
     run(url, body)
 
 
-def test_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
+def test_dc2_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]  # node 3 is down
         async with cluster.running(participants):
@@ -126,7 +126,7 @@ def test_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
                     break
                 await asyncio.sleep(0.005)
         assert not result.success
-        assert "no valid manifest by the deadline from nodes 3" in (result.error or "")
+        assert "no valid manifest by the deadline from nodes 3" in str(result.error)
         ids = await prepared_ids(cluster)
         outcome = await outcome_of(cluster, ids[-1])
         assert outcome.verdict is CheckpointVerdict.ABORT and outcome.recovery_capsule is None
@@ -138,7 +138,7 @@ def test_abort_on_a_participant_missing_at_the_deadline(url: str) -> None:
     run(url, body)
 
 
-def test_a_refusing_participant_aborts_the_attempt(url: str) -> None:
+def test_dc6_a_refusing_participant_aborts_the_attempt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         hosts = [cluster.host(1), cluster.host(2), cluster.host(3, refuse=True)]
         async with cluster.running([cluster.participant(h) for h in hosts]):
@@ -147,7 +147,7 @@ def test_a_refusing_participant_aborts_the_attempt(url: str) -> None:
                 if all(h.resolutions for h in hosts):
                     break
                 await asyncio.sleep(0.005)
-        assert not result.success and "from nodes 3" in (result.error or "")
+        assert not result.success and "from nodes 3" in str(result.error)
         attempt = CheckpointAttempt.canonical((await prepared_ids(cluster))[-1])
         assert (await outcome_of(cluster, attempt.epoch)).verdict is CheckpointVerdict.ABORT
         assert hosts[2].cuts == [] and hosts[2].resolutions == [(attempt, False)]
@@ -156,7 +156,7 @@ def test_a_refusing_participant_aborts_the_attempt(url: str) -> None:
     run(url, body)
 
 
-def test_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
+def test_dc3_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         async def rogue() -> None:
             """Node 3 acks with the wrong vnodes as soon as the prepare is there."""
@@ -183,15 +183,15 @@ def test_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
             started = cluster.clock.monotonic()
             result = await checkpoint(cluster, deadline_s=20.0)
         assert cluster.clock.monotonic() - started < 10.0  # not at the deadline
-        assert not result.success and "participant 3 acked wrongly" in (result.error or "")
-        assert "manifest covers 1 vnodes; the owner map gives node 3 2" in (result.error or "")
+        assert not result.success and "participant 3 acked wrongly" in str(result.error)
+        assert "manifest covers 1 vnodes; the owner map gives node 3 2" in str(result.error)
         ids = await prepared_ids(cluster)
         assert (await outcome_of(cluster, ids[-1])).verdict is CheckpointVerdict.ABORT
 
     run(url, body)
 
 
-def test_ids_are_never_reused_after_an_abort(url: str) -> None:
+def test_dc1_ids_are_never_reused_after_an_abort(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         hosts = {n: cluster.host(n) for n in (1, 2, 3)}
         participants = {n: cluster.participant(h) for n, h in hosts.items()}
@@ -211,7 +211,7 @@ def test_ids_are_never_reused_after_an_abort(url: str) -> None:
     run(url, body)
 
 
-def test_the_previous_unsettled_attempt_is_aborted_before_a_newer_prepare(url: str) -> None:
+def test_dc7_the_previous_unsettled_attempt_is_aborted_before_a_newer_prepare(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         # An attempt whose outcome this instance failed to record (DC-7).
         checkpoint_id = await cluster.decisions.allocate_checkpoint_id(deadline=cluster.deadline())
@@ -240,7 +240,7 @@ def test_no_checkpoint_without_a_leader_proof(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         cluster.leader.proof = lambda: None
         result = await checkpoint(cluster)
-        assert not result.success and "not the leader" in (result.error or "")
+        assert not result.success and "not the leader" in str(result.error)
         assert await prepared_ids(cluster) == []
 
     run(url, body)

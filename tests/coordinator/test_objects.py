@@ -88,7 +88,7 @@ def test_out_of_range_path_arguments_are_invalid() -> None:
         manifest_path(1, -1)
 
 
-def test_a_partial_must_name_its_attempt_vnode_and_participant() -> None:
+def test_dc3_a_partial_must_name_its_attempt_vnode_and_participant() -> None:
     async def main() -> None:
         store = open_store("memory://")
         attempt = CheckpointAttempt.canonical(5)
@@ -115,7 +115,7 @@ def test_a_partial_must_name_its_attempt_vnode_and_participant() -> None:
     asyncio.run(main())
 
 
-def test_the_leader_refuses_a_partial_that_differs_from_its_manifest(url: str) -> None:
+def test_dc3_the_leader_refuses_a_partial_that_differs_from_its_manifest(url: str) -> None:
     async def main() -> None:
         cluster = await make_cluster(url)
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
@@ -136,7 +136,7 @@ def test_the_leader_refuses_a_partial_that_differs_from_its_manifest(url: str) -
     asyncio.run(main())
 
 
-def test_a_participant_write_finding_other_bytes_refuses_the_cut(url: str) -> None:
+def test_dc4_a_participant_write_finding_other_bytes_refuses_the_cut(url: str) -> None:
     async def main() -> None:
         cluster = await make_cluster(url)
         host = cluster.host(2)

@@ -8,19 +8,32 @@ previous boot acked before anything else (DC-9).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
+
+import pytest
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.authority.cluster_outcomes import record_cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
-from laminar_cluster.coordinator.participant import Idle, Ignored, InDoubt, Resolved
+from laminar_cluster.coordinator.host import Cut
+from laminar_cluster.coordinator.participant import (
+    CheckpointParticipant,
+    Idle,
+    Ignored,
+    InDoubt,
+    Refused,
+    Resolved,
+)
 from laminar_cluster.coordinator.paths import ATTEMPTS_PREFIX, manifest_path
-from laminar_cluster.errors import ObjectNotFound
+from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.errors import InvalidArgument, ObjectNotFound
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
+from laminar_cluster.metrics import NodeMetrics
 from tests.assignment.snapshot_support import participant, snapshot
-from tests.coordinator.support import Cluster, make_cluster, write_prepare
+from tests.coordinator.support import Cluster, FakeHost, make_cluster, write_prepare
 
 
 def run(url: str, body: Callable[[Cluster], Awaitable[None]]) -> None:
@@ -51,7 +64,7 @@ async def exists(cluster: Cluster, key: str) -> bool:
     return True
 
 
-def test_a_prepare_for_another_fence_is_ignored(url: str) -> None:
+def test_dc5_a_prepare_for_another_fence_is_ignored(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         host.fence = snapshot_fence(snapshot(2, [1, 2, 2, 2, 2, 2, 3, 3]))  # runs another fence
@@ -75,7 +88,7 @@ def test_a_prepare_for_another_fence_is_ignored(url: str) -> None:
     run(url, body)
 
 
-def test_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
+def test_dc6_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -92,7 +105,7 @@ def test_without_a_decision_the_attempt_stays_in_doubt(url: str) -> None:
     run(url, body)
 
 
-def test_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
+def test_dc8_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -112,7 +125,7 @@ def test_a_newer_leader_term_closes_the_pending_attempt(url: str) -> None:
     run(url, body)
 
 
-def test_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
+def test_dc6_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         host = cluster.host(2)
         p = cluster.participant(host, decision_timeout_s=0.2)
@@ -126,7 +139,7 @@ def test_a_same_term_newer_prepare_waits_for_the_outcome(url: str) -> None:
     run(url, body)
 
 
-def test_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> None:
+def test_dc9_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         # Node 2 (first boot) acks and dies before the outcome; node 3 is down, so the leader
         # records Abort at its deadline. Node 2 restarts (another boot) before that.
@@ -163,7 +176,7 @@ def test_a_restarted_participant_resolves_its_last_attempt_first(url: str) -> No
     run(url, body)
 
 
-def test_a_restarted_participant_learns_a_commit(url: str) -> None:
+def test_dc9_a_restarted_participant_learns_a_commit(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         first = cluster.host(2, block_resolve=True)  # dies after the Commit, before resolving
         dead = cluster.participant(first)
@@ -181,5 +194,82 @@ def test_a_restarted_participant_learns_a_commit(url: str) -> None:
         fresh = cluster.host(4, boot=9_999)
         assert isinstance(await cluster.participant(fresh).step(), Ignored)
         assert fresh.resolutions == []
+
+    run(url, body)
+
+
+class BuggyHost(FakeHost):
+    """A host whose cut fails with an exception that is not a LaminarError: a bug."""
+
+    bug = ZeroDivisionError("the engine divided by zero")
+
+    async def cut(self, prepare: CheckpointPrepare, *, deadline: float) -> Cut:
+        raise self.bug
+
+
+def test_an_engine_bug_is_logged_with_its_traceback_counted_and_aborts(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(cluster: Cluster) -> None:
+        good = cluster.host(2)
+        host = BuggyHost(good.me, good.fence, good.vnodes)
+        metrics = NodeMetrics()
+        store, _, authority = cluster.client()
+        p = CheckpointParticipant(
+            store,
+            cluster.clock,
+            authority,
+            host,
+            0.01,
+            decision_timeout_s=0.2,
+            on_engine_bug=metrics.engine_bug,
+        )
+        attempt = await write_prepare(cluster)
+        with caplog.at_level(logging.INFO, logger="laminar_cluster.coordinator.participant"):
+            outcome = await p.step()
+        assert isinstance(outcome, Refused) and outcome.attempt == attempt
+        assert host.resolutions == [(attempt, False)]  # still aborted at once
+        assert not await exists(cluster, manifest_path(attempt.epoch, 2))
+        assert p.engine_bugs == 1
+        assert metrics.value("laminar_engine_bugs_total") == 1
+        bugs = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(bugs) == 1 and bugs[0].exc_info is not None
+        assert bugs[0].exc_info[1] is BuggyHost.bug  # logged with its traceback
+
+    run(url, body)
+
+
+def test_a_refusal_is_no_bug(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    async def body(cluster: Cluster) -> None:
+        host = cluster.host(2, refuse=True)  # refuses with errors.Refused
+        metrics = NodeMetrics()
+        store, _, authority = cluster.client()
+        p = CheckpointParticipant(
+            store, cluster.clock, authority, host, 0.01, on_engine_bug=metrics.engine_bug
+        )
+        attempt = await write_prepare(cluster)
+        with caplog.at_level(logging.INFO, logger="laminar_cluster.coordinator.participant"):
+            outcome = await p.step()
+        assert isinstance(outcome, Refused) and host.resolutions == [(attempt, False)]
+        assert p.engine_bugs == 0 and metrics.value("laminar_engine_bugs_total") == 0
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    run(url, body)
+
+
+def test_non_positive_timings_are_invalid(url: str) -> None:
+    async def body(cluster: Cluster) -> None:
+        store, _, authority = cluster.client()
+        for poll_s, prepare_s, decision_s in ((0.0, 1.0, 1.0), (0.1, 0.0, 1.0), (0.1, 1.0, -1.0)):
+            with pytest.raises(InvalidArgument):
+                CheckpointParticipant(
+                    store,
+                    cluster.clock,
+                    authority,
+                    cluster.host(2),
+                    poll_s,
+                    prepare_timeout_s=prepare_s,
+                    decision_timeout_s=decision_s,
+                )
 
     run(url, body)

@@ -43,7 +43,7 @@ def run(url: str, body: Callable[[Cluster, RecoveryCapsuleRef], Awaitable[None]]
     asyncio.run(main())
 
 
-def test_restore_every_vnode_from_a_committed_capsule(url: str) -> None:
+def test_dc10_restore_every_vnode_from_a_committed_capsule(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         store, decisions, _ = cluster.client()  # a restoring node's own client
         cuts = await load_cuts(store, decisions, ref, range(8), deadline=cluster.deadline())
@@ -61,7 +61,7 @@ def test_restore_every_vnode_from_a_committed_capsule(url: str) -> None:
     run(url, body)
 
 
-def test_a_vnode_outside_the_capsule_is_an_invalid_argument(url: str) -> None:
+def test_dc10_a_vnode_outside_the_capsule_is_an_invalid_argument(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         with pytest.raises(InvalidArgument, match=r"vnode 8 is outside 0\.\.7"):
             await load_cuts(cluster.store, cluster.decisions, ref, [8], deadline=cluster.deadline())
@@ -69,7 +69,7 @@ def test_a_vnode_outside_the_capsule_is_an_invalid_argument(url: str) -> None:
     run(url, body)
 
 
-def test_a_corrupt_partial_is_refused(url: str) -> None:
+def test_dc10_a_corrupt_partial_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         key = partial_path(ref.checkpoint_id, 4)
         # A well-formed partial of the right attempt, vnode and owner, with other state.
@@ -88,7 +88,7 @@ def test_a_corrupt_partial_is_refused(url: str) -> None:
     run(url, body)
 
 
-def test_a_missing_partial_is_refused(url: str) -> None:
+def test_dc10_a_missing_partial_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         await cluster.store.delete(partial_path(ref.checkpoint_id, 0))
         with pytest.raises(CorruptRecord, match="vnode partial is missing"):
@@ -97,7 +97,7 @@ def test_a_missing_partial_is_refused(url: str) -> None:
     run(url, body)
 
 
-def test_a_tampered_manifest_is_refused(url: str) -> None:
+def test_dc10_a_tampered_manifest_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         key = manifest_path(ref.checkpoint_id, 3)
         got = await cluster.store.get(key)

@@ -50,7 +50,7 @@ class NoRetention:
         return RetentionStep(0, 0, caught_up=False)
 
 
-def test_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> None:
+def test_dc13_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = {n: cluster.participant(cluster.host(n)) for n in (1, 2, 3)}
         async with cluster.running([participants[1], participants[2]]):
@@ -75,7 +75,7 @@ def test_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> None:
     run(url, body)
 
 
-def test_the_handoff_pin_checkpoint_keeps_its_partials(url: str) -> None:
+def test_dc13_the_handoff_pin_checkpoint_keeps_its_partials(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         pinned: list[int | None] = [None]
 
@@ -102,7 +102,7 @@ def test_the_handoff_pin_checkpoint_keeps_its_partials(url: str) -> None:
     run(url, body)
 
 
-def test_retention_deletes_at_most_its_budget_per_step(url: str) -> None:
+def test_dc13_retention_deletes_at_most_its_budget_per_step(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         leader = cluster.leader
         leader.upkeep.retention = NoRetention()  # type: ignore[assignment]

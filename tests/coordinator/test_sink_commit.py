@@ -65,7 +65,7 @@ def digests(outputs: Sequence[tuple[FenceParticipant, str]]) -> list[tuple[int, 
     return [(p.node_id, d) for p, d in outputs]
 
 
-def test_a_commit_writes_its_sink_commit_marker(url: str) -> None:
+def test_dc12_a_commit_writes_its_sink_commit_marker(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
         async with cluster.running(participants):
@@ -90,7 +90,7 @@ def test_a_commit_writes_its_sink_commit_marker(url: str) -> None:
     run(url, body)
 
 
-def test_a_leader_crashed_between_commit_and_marker_is_repaired_by_the_next(url: str) -> None:
+def test_dc12_a_leader_crashed_between_commit_and_marker_is_repaired_by_the_next(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         async def crash(*_: object) -> None:
             return None  # the process died after recording the Commit: no marker
@@ -130,7 +130,7 @@ def test_a_leader_crashed_between_commit_and_marker_is_repaired_by_the_next(url:
     run(url, body)
 
 
-def test_a_marker_that_cannot_be_written_is_repaired_by_the_next_call(url: str) -> None:
+def test_dc12_a_marker_that_cannot_be_written_is_repaired_by_the_next_call(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         leader = cluster.leader
         real = leader.upkeep.sink_commits.committed

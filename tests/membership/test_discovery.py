@@ -1,6 +1,6 @@
 """Discovery: one bounded listing per poll, dead after a full ttl unchanged on the observer's
 monotonic clock, the same view everywhere, self included (docs/protocols/membership.md ML-4,
-ML-8..ML-10; spec_leader_lease §4.3.4)."""
+ML-8..ML-10; ML §4.3.4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Process lease: start terms, renewal, fencing of an older start, states, leave
-(docs/protocols/membership.md ML-1..ML-7; spec_leader_lease §8.2)."""
+(docs/protocols/membership.md ML-1..ML-7; ML §8.2)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_ml1_each_start_takes_the_next_term(make_store: Callable[[], ObjectStore
         assert second.record.lease.owner != first.record.lease.owner
         assert second.predecessor == first.record
         fence = second.fence
-        assert fence is not None and process_fence_is_canonical(fence)  # §8.2: seq+1, term+1
+        assert fence is not None and process_fence_is_canonical(fence)  # ML §8.2: seq+1, term+1
 
     asyncio.run(main())
 
@@ -153,7 +153,7 @@ def test_ml7_leave_drains_then_marks_left_and_stops_renewing() -> None:
     asyncio.run(main())
 
 
-def test_keep_renewed_stops_with_fenced_when_a_duplicate_starts() -> None:
+def test_ml2_keep_renewed_stops_with_fenced_when_a_duplicate_starts() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=7)
         store = open_store("memory://")

@@ -1,5 +1,5 @@
 """The durable takeovers of a node's lease record (docs/protocols/membership.md ML-11;
-spec_leader_lease §8.2; spec_rebalance §2.6 `removed_process_fences`): every new start keeps its
+ML §8.2; AS §2.6 `removed_process_fences`): every new start keeps its
 exact `ProcessLeaseFence`, newest first, at most 8; renewals carry them unchanged; a record whose
 list is malformed is refused on read and never written."""
 

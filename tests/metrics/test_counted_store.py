@@ -56,7 +56,6 @@ def test_requests_and_errors_by_kind_through_a_faulty_store() -> None:
         (op, kind): metrics.value("laminar_store_errors_total", {"op": op, "kind": kind})
         for op, kind in [
             ("put", "ObjectAlreadyExists"),
-            ("get", "ObjectNotFound"),
             ("get", "StoreUnavailable"),
             ("put", "WriteOutcomeUnknown"),
             ("delete", "StoreUnavailable"),
@@ -66,6 +65,10 @@ def test_requests_and_errors_by_kind_through_a_faulty_store() -> None:
     assert (
         metrics.value("laminar_store_errors_total", {"op": "list", "kind": "StoreUnavailable"})
         is None
+    )
+    # An expected not-found read is a request, never an error (issue 17).
+    assert (
+        metrics.value("laminar_store_errors_total", {"op": "get", "kind": "ObjectNotFound"}) is None
     )
 
 

@@ -137,12 +137,12 @@ def test_checkpoint_durations_by_outcome_and_verdicts_counted() -> None:
 def test_publish_placement_replaces_every_domain_series() -> None:
     metrics = NodeMetrics()
     metrics.publish_placement(PlacementMetrics({"r;z1": 2, "r;z2": 1, "unknown": 1}, 0.5))
-    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z1"}) == 2
-    assert metrics.value("placement_blast_radius_ratio") == 0.5
+    assert metrics.value("laminar_placement_vnodes_per_domain", {"domain": "r;z1"}) == 2
+    assert metrics.value("laminar_placement_blast_radius_ratio") == 0.5
     metrics.publish_placement(PlacementMetrics({"r;z2": 4}, 1.0))
-    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z1"}) is None
-    assert metrics.value("placement_vnodes_per_domain", {"domain": "r;z2"}) == 4
-    assert metrics.value("placement_blast_radius_ratio") == 1.0
+    assert metrics.value("laminar_placement_vnodes_per_domain", {"domain": "r;z1"}) is None
+    assert metrics.value("laminar_placement_vnodes_per_domain", {"domain": "r;z2"}) == 4
+    assert metrics.value("laminar_placement_blast_radius_ratio") == 1.0
 
 
 def test_each_instance_has_its_own_registry_never_the_global_one() -> None:
@@ -178,3 +178,59 @@ def test_update_from_a_real_controller_and_engine() -> None:
     )
     assert leader.value("laminar_assignment_version") == 1
     assert leader.value("laminar_vnodes_owned") == 3 and follower.value("laminar_vnodes_owned") == 1
+
+
+@dataclass(frozen=True)
+class CommitProgress:
+    """`progress()` figures with the engine's count of committed cuts."""
+
+    commits: int
+
+
+@dataclass
+class CommittingEngine(BareEngine):
+    commits: int = 0
+
+    def progress(self) -> CommitProgress:
+        return CommitProgress(commits=self.commits)
+
+
+def test_last_commit_age_is_nan_until_a_commit_then_the_seconds_since_the_latest() -> None:
+    async def main() -> None:  # the simulated clock advances inside a running loop
+        clock = SimulatedClock(seed=5)
+        metrics = NodeMetrics(clock=clock)
+        engine = CommittingEngine(RegistrySnapshot(version=1, owners=(2,)))
+        age = "laminar_last_commit_age_seconds"
+        value = metrics.value(age)
+        assert value is not None and math.isnan(value)
+        metrics.update_from(FakeController(), engine)  # no commit yet
+        value = metrics.value(age)
+        assert value is not None and math.isnan(value)
+        clock.advance(3.0)
+        engine.commits = 1  # the engine committed its cut of a checkpoint
+        metrics.update_from(FakeController(), engine)
+        clock.advance(2.5)
+        assert metrics.value(age) == 2.5  # computed at scrape time
+        metrics.checkpoint_finished(0.4, CheckpointVerdict.ABORT)  # an abort is not a commit
+        assert metrics.value(age) == 2.5
+        metrics.checkpoint_finished(0.4, CheckpointVerdict.COMMIT)  # a commit this process led
+        assert metrics.value(age) == 0.0
+        clock.advance(1.0)
+        metrics.update_from(FakeController(), engine)  # the count did not move: no new commit
+        assert metrics.value(age) == 1.0
+        assert f"# TYPE {age} gauge" in metrics.exposition().decode()
+
+    asyncio.run(main())
+
+
+def test_every_series_is_laminar_prefixed_and_every_counter_ends_in_total() -> None:
+    metrics = NodeMetrics()
+    metrics.publish_placement(PlacementMetrics({"r;z1": 2}, 1.0))
+    metrics.store_error("get", "StoreUnavailable")
+    families = list(metrics.registry.collect())
+    assert families
+    for family in families:
+        for sample in family.samples:
+            assert sample.name.startswith("laminar_"), sample.name
+            if family.type == "counter" and not sample.name.endswith("_created"):
+                assert sample.name.endswith("_total"), sample.name

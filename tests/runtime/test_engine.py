@@ -2,8 +2,8 @@
 partitions of its active vnodes, keeps processing while a cut is held until `resolve` (the cut
 holds the state and output at the cut only), re-emits aborted output,
 restores newly owned vnodes (handoff and recovery) and holds them back while restoring, and
-stops consuming revoking partitions during a source drain (upstream_context §1.7, §3.2-§3.5;
-common7 "Output semantics" and "Restore").
+stops consuming revoking partitions during a source drain (DC §1.7, DC §1.9,
+DC §3.2-§3.5).
 
 Node 1 (boot UUID(int=11)) is the local process. V1 gives it vnodes 0 and 1 of 4; with 8
 partitions it consumes partitions 0, 4 (vnode 0) and 1, 5 (vnode 1). The in-test restorer

@@ -3,7 +3,7 @@
 file://: a graceful handoff of vnodes 2 and 3 from node 1 to node 2 (drain, pre-rotation
 checkpoint, adoption, restore from the committed capsule), after which the committed output
 (`runtime.output.read_committed_output`) counts every event exactly once
-(upstream_context §1.7, §1.9, §3.4, §3.5; common7 "Output semantics" and "Restore").
+(DC §1.7, DC §1.9, DC §3.4, DC §3.5).
 
 V1 gives node 1 all 4 vnodes; V2 moves vnodes 2 and 3 (partitions 2, 6 and 3, 7) to node 2.
 """

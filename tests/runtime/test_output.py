@@ -125,7 +125,7 @@ async def committed(store: ObjectStore) -> CommittedOutput[AggregateRecord]:
     return await read_committed_output(authority, decode_aggregate_records, deadline=far())
 
 
-def test_commit_shown_abort_and_unresolved_hidden_in_attempt_order() -> None:
+def test_dc11_commit_shown_abort_and_unresolved_hidden_in_attempt_order() -> None:
     async def main() -> None:
         store = open_store("memory://")
         leader = open_leader(store, 1)
@@ -153,7 +153,7 @@ def test_commit_shown_abort_and_unresolved_hidden_in_attempt_order() -> None:
     asyncio.run(main())
 
 
-def test_manifest_naming_another_output_hides_it() -> None:
+def test_dc11_manifest_naming_another_output_hides_it() -> None:
     async def main() -> None:
         store = open_store("memory://")
         leader = open_leader(store, 1)
@@ -172,7 +172,7 @@ def test_manifest_naming_another_output_hides_it() -> None:
     asyncio.run(main())
 
 
-def test_participant_outside_the_fence_is_hidden() -> None:
+def test_dc11_participant_outside_the_fence_is_hidden() -> None:
     async def main() -> None:
         store = open_store("memory://")
         leader = open_leader(store, 1)
@@ -199,7 +199,7 @@ def test_participant_outside_the_fence_is_hidden() -> None:
     asyncio.run(main())
 
 
-def test_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
+def test_dc11_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
     async def main() -> None:
         store = open_store("memory://")
         leader = open_leader(store, 1)
@@ -302,7 +302,7 @@ def test_aggregate_columns_are_checked_as_the_encoder_would() -> None:
     assert encode_checked_aggregate_records(records) == encode_aggregate_records(records)
 
 
-def test_committed_output_survives_outcome_compaction_and_flooring() -> None:
+def test_dc12_committed_output_survives_outcome_compaction_and_flooring() -> None:
     """72 real checkpoints (2 nodes, 2 vnodes, a fake host): the authority compacts its outcome
     history (a terminal floor), then its artifact floor is advanced past the first 60 Commits,
     which leave the live outcome list; their sink commit markers keep their output committed
@@ -349,7 +349,7 @@ def test_committed_output_survives_outcome_compaction_and_flooring() -> None:
     asyncio.run(main())
 
 
-def test_a_sink_commit_must_agree_with_the_authority_and_the_manifests() -> None:
+def test_dc12_a_sink_commit_must_agree_with_the_authority_and_the_manifests() -> None:
     async def main() -> None:
         store = open_store("memory://")
         leader = open_leader(store, 1)

@@ -1,6 +1,6 @@
 """`KeyedAggregation` (runtime/processor.py) and the engine's `VnodeTable`: aggregation per vnode,
 snapshot and restore, output deltas since the last committed cut across commit and abort
-(common7 "Output semantics"), and the ownership bookkeeping (restores, pauses, round-robin).
+(DC §1.9), and the ownership bookkeeping (restores, pauses, round-robin).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -31,7 +31,7 @@ def run(coroutine: object) -> object:
     return asyncio.run(coroutine)  # type: ignore[arg-type]
 
 
-def test_create_is_exclusive(store: ObjectStore) -> None:
+def test_sc1_create_is_exclusive(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("a/one", b"first", CREATE)
         with pytest.raises((ObjectAlreadyExists, PreconditionFailed)):
@@ -41,7 +41,7 @@ def test_create_is_exclusive(store: ObjectStore) -> None:
     run(body())
 
 
-def test_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_sc1_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def body() -> None:
         clients = [make_store() for _ in range(8)]
 
@@ -60,7 +60,7 @@ def test_racing_creates_have_exactly_one_winner(make_store: Callable[[], ObjectS
     run(body())
 
 
-def test_get_returns_body_and_metadata(store: ObjectStore) -> None:
+def test_sc3_get_returns_body_and_metadata(store: ObjectStore) -> None:
     async def body() -> None:
         written = await store.put("m/obj", b"hello world", CREATE)
         got = await store.get("m/obj")
@@ -90,7 +90,7 @@ def test_get_with_end_reads_a_prefix_and_reports_full_size(store: ObjectStore) -
     run(body())
 
 
-def test_update_if_match_replaces_and_changes_the_version(store: ObjectStore) -> None:
+def test_sc3_update_if_match_replaces_and_changes_the_version(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("u/obj", b"v1", CREATE)
         v1 = (await store.get("u/obj")).meta
@@ -103,7 +103,7 @@ def test_update_if_match_replaces_and_changes_the_version(store: ObjectStore) ->
     run(body())
 
 
-def test_stale_update_is_rejected_and_changes_nothing(store: ObjectStore) -> None:
+def test_sc2_stale_update_is_rejected_and_changes_nothing(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("s/obj", b"v1", CREATE)
         v1 = (await store.get("s/obj")).meta
@@ -147,7 +147,7 @@ def test_missing_object_raises_not_found(store: ObjectStore) -> None:
     run(body())
 
 
-def test_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
+def test_sc5_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
     async def body() -> None:
         keys = ["l/b", "l/a/2", "l/a/1", "l/ab", "l/abc/x", "m/z", "l/a#x"]
         for key in keys:
@@ -171,7 +171,7 @@ def test_list_is_a_sorted_string_prefix_listing(store: ObjectStore) -> None:
     run(body())
 
 
-def test_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
+def test_sc5_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
     async def body() -> None:
         keys = [f"p/{i:03d}" for i in range(25)]
         for key in keys:
@@ -190,7 +190,7 @@ def test_list_pages_with_offset_and_limit(store: ObjectStore) -> None:
     run(body())
 
 
-def test_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
+def test_sc4_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
     async def body() -> None:
         await store.put("d/obj", b"x", CREATE)
         await store.delete("d/obj")
@@ -205,12 +205,68 @@ def test_delete_is_visible_and_idempotent(store: ObjectStore) -> None:
 
 
 @pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "a/./b", "trail/", "x/tmp#12"])
-def test_every_backend_rejects_invalid_keys(store: ObjectStore, key: str) -> None:
+def test_sc9_every_backend_rejects_invalid_keys(store: ObjectStore, key: str) -> None:
     async def body() -> None:
         with pytest.raises(InvalidArgument):
             await store.put(key, b"x", CREATE)
         with pytest.raises(InvalidArgument):
             await store.get(key)
+
+    run(body())
+
+
+# Requests no store can serve, each a call on a store; every backend refuses every one of them
+# with InvalidArgument, before any I/O (store/api.py `check_*`).
+BAD_REQUESTS: dict[str, Callable[[ObjectStore], Awaitable[object]]] = {
+    "get with a negative end": lambda s: s.get("k/obj", end=-1),
+    "get with a str end": lambda s: s.get("k/obj", end="3"),  # type: ignore[arg-type]
+    "get with a bool end": lambda s: s.get("k/obj", end=True),
+    "get of a non-str key": lambda s: s.get(7),  # type: ignore[arg-type]
+    "get of a bad key": lambda s: s.get("k//obj"),
+    "head of a non-str key": lambda s: s.head(b"k/obj"),  # type: ignore[arg-type]
+    "head of a bad key": lambda s: s.head("/k/obj"),
+    "put of a str body": lambda s: s.put("k/obj", "text", CREATE),  # type: ignore[arg-type]
+    "put of an int body": lambda s: s.put("k/obj", 5, OVERWRITE),  # type: ignore[arg-type]
+    "put of no body": lambda s: s.put("k/obj", None, CREATE),  # type: ignore[arg-type]
+    "put with a str mode": lambda s: s.put("k/obj", b"x", "create"),  # type: ignore[arg-type]
+    "put with no mode": lambda s: s.put("k/obj", b"x", None),  # type: ignore[arg-type]
+    "put of a non-str key": lambda s: s.put(None, b"x", CREATE),  # type: ignore[arg-type]
+    "put of a bad key": lambda s: s.put("k/obj/", b"x", CREATE),
+    "list with a negative limit": lambda s: s.list("k/", limit=-1),
+    "list with a str limit": lambda s: s.list("k/", limit="2"),  # type: ignore[arg-type]
+    "list with an int offset": lambda s: s.list("k/", offset=3),  # type: ignore[arg-type]
+    "list of a non-str prefix": lambda s: s.list(None),  # type: ignore[arg-type]
+    "list of a bad prefix": lambda s: s.list("k/../"),
+    "delete of a non-str key": lambda s: s.delete(1.5),  # type: ignore[arg-type]
+    "delete of a bad key": lambda s: s.delete("k/./obj"),
+}
+
+
+@pytest.mark.parametrize("request_name", sorted(BAD_REQUESTS))
+def test_every_backend_refuses_a_bad_request_with_invalid_argument(
+    store: ObjectStore, request_name: str
+) -> None:
+    async def body() -> None:
+        await store.put("k/obj", b"kept", CREATE)
+        with pytest.raises(InvalidArgument):
+            await BAD_REQUESTS[request_name](store)
+        assert (await store.get("k/obj")).body == b"kept"  # nothing written
+        assert [meta.key for meta in await store.list("")] == ["k/obj"]
+
+    run(body())
+
+
+def test_an_if_match_naming_nothing_is_invalid() -> None:
+    with pytest.raises(InvalidArgument):
+        IfMatch(e_tag=None, version=None)
+    with pytest.raises(InvalidArgument):
+        IfMatch(e_tag=7, version=None)  # type: ignore[arg-type]
+
+
+def test_a_zero_limit_lists_nothing_on_every_backend(store: ObjectStore) -> None:
+    async def body() -> None:
+        await store.put("z/obj", b"x", CREATE)
+        assert await store.list("z/", limit=0) == []
 
     run(body())
 
@@ -221,7 +277,7 @@ def test_store_passes_the_contract_probe(store: ObjectStore) -> None:
     assert report.ok, report.failures()  # type: ignore[attr-defined]
 
 
-def test_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
+def test_sc7_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
     async def body() -> None:
         resolution = await put_resolved(store, "rb/obj", b"mine", CREATE)
         assert resolution.state is ReadBack.OURS and resolution.put_result is not None
@@ -232,7 +288,7 @@ def test_put_resolved_acknowledged_write_is_ours(store: ObjectStore) -> None:
     run(body())
 
 
-def test_concurrent_cas_increments_are_exact(make_store: Callable[[], ObjectStore]) -> None:
+def test_sc6_concurrent_cas_increments_are_exact(make_store: Callable[[], ObjectStore]) -> None:
     """8 clients x 10 read-modify-write increments with nonce bodies end at exactly 80."""
 
     async def body() -> None:

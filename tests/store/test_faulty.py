@@ -8,6 +8,7 @@ import pytest
 
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import (
+    InvalidArgument,
     ObjectAlreadyExists,
     ObjectNotFound,
     PreconditionFailed,
@@ -57,7 +58,7 @@ def test_error_after_applies_the_write_and_loses_the_response() -> None:
     asyncio.run(body())
 
 
-def test_conflict_after_apply_is_settled_as_ours_by_read_back() -> None:
+def test_sc7_conflict_after_apply_is_settled_as_ours_by_read_back() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.AFTER_AS_CONFLICT, op="put")
@@ -85,7 +86,7 @@ def test_update_conflict_after_apply_raises_precondition_failed() -> None:
     asyncio.run(body())
 
 
-def test_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
+def test_sc7_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.PHANTOM_CONFLICT, op="put")
@@ -98,7 +99,7 @@ def test_phantom_conflict_writes_nothing_and_reads_back_absent() -> None:
     asyncio.run(body())
 
 
-def test_lost_response_is_settled_by_put_resolved() -> None:
+def test_sc7_lost_response_is_settled_by_put_resolved() -> None:
     async def body() -> None:
         store, _ = make()
         store.fail_next(FaultKind.AFTER, op="put")
@@ -171,10 +172,10 @@ def test_scripted_faults_match_operation_and_key_prefix() -> None:
 
 
 def test_invalid_configuration_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         FaultConfig(error_before_rate=1.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         FaultConfig(latency_s_min=2, latency_s_max=1)
     store, _ = make()
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         store.fail_next(FaultKind.AFTER, op="get")

@@ -40,7 +40,7 @@ def test_valid_keys_pass_unchanged(key: str) -> None:
 
 
 @pytest.mark.parametrize("key", INVALID)
-def test_invalid_keys_are_rejected_with_a_message(key: str) -> None:
+def test_sc9_invalid_keys_are_rejected_with_a_message(key: str) -> None:
     with pytest.raises(InvalidArgument, match="key"):
         validate_key(key)
 
@@ -56,6 +56,6 @@ def test_valid_prefixes(prefix: str) -> None:
 
 
 @pytest.mark.parametrize("prefix", ["/a", "a//b", "a/../", "a/..", "tmp#1/", "bad\x01"])
-def test_invalid_prefixes(prefix: str) -> None:
+def test_sc9_invalid_prefixes(prefix: str) -> None:
     with pytest.raises(InvalidArgument):
         validate_prefix(prefix)

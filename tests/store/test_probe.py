@@ -1,5 +1,5 @@
-"""The contract probe fails stores that lack a property the control plane needs (spec_leader_lease
-§4.2; §9 scenarios 30-34)."""
+"""The contract probe fails stores that lack a property the control plane needs (SC §4.2;
+scenarios SC-T30 .. SC-T34)."""
 
 from __future__ import annotations
 
@@ -107,40 +107,40 @@ def probe(store: ObjectStore, timeout_s: float = 5.0) -> dict[str, bool]:
     return {r.name: r.ok for r in report.results}
 
 
-def test_30_probe_passes_on_cas_store() -> None:
+def test_sc_t30_probe_passes_on_cas_store() -> None:
     assert all(probe(Delegating()).values())
 
 
-def test_31_probe_detects_create_overwrite() -> None:
+def test_sc8_probe_detects_create_overwrite() -> None:
     results = probe(IgnoresConditions())
     assert results["create_exclusive"] is False
     assert not any(results.values()) or results["create_exclusive"] is False
 
 
-def test_32_probe_detects_stale_update_accepted() -> None:
+def test_sc8_probe_detects_stale_update_accepted() -> None:
     results = probe(AcceptsStaleUpdates())
     assert results["create_exclusive"] and results["update_if_match"]
     assert results["stale_update_rejected"] is False
 
 
-def test_33_probe_missing_version_metadata() -> None:
+def test_sc8_probe_detects_missing_version_metadata() -> None:
     results = probe(NoVersions())
     assert results["create_exclusive"] is True
     assert results["read_metadata"] is False
 
 
-def test_a_store_with_stale_reads_after_delete_fails() -> None:
+def test_sc8_a_store_with_stale_reads_after_delete_fails() -> None:
     results = probe(StaleAfterDelete())
     assert results["list_visible"] is True
     assert results["delete_visible"] is False
 
 
-def test_34_probe_timeout_on_a_hanging_store() -> None:
+def test_sc_t34_probe_timeout_on_a_hanging_store() -> None:
     results = probe(NeverAnswers(), timeout_s=0.2)
     assert results["create_exclusive"] is False
 
 
-def test_verify_raises_naming_the_failed_checks_and_cleans_up() -> None:
+def test_sc8_verify_raises_naming_the_failed_checks_and_cleans_up() -> None:
     store = AcceptsStaleUpdates()
     with pytest.raises(StoreContractViolated, match="stale_update_rejected"):
         asyncio.run(verify_store_contract(store, RealClock(), timeout_s=5))
@@ -153,7 +153,7 @@ def test_verify_passes_silently_on_a_correct_store() -> None:
     assert asyncio.run(store.inner.list(PROBE_PREFIX)) == []
 
 
-def test_34_zero_timeout_is_invalid() -> None:
+def test_a_zero_probe_timeout_is_invalid() -> None:
     with pytest.raises(InvalidArgument):
         asyncio.run(probe_store_contract(Delegating(), RealClock(), timeout_s=0))
 
@@ -167,7 +167,9 @@ def test_a_probe_stopped_by_a_transient_fault_is_inconclusive_and_retried(kind: 
         with pytest.raises(StoreContractInconclusive, match="create_exclusive") as info:
             await verify_store_contract(store, clock, timeout_s=5)
         assert isinstance(info.value, StoreUnavailable)  # what retry_until retries
-        assert isinstance(info.value, StoreContractViolated)  # what S23 callers catch
+        assert isinstance(
+            info.value, StoreContractViolated
+        )  # what callers that refuse the store catch (SC-8)
 
         store.fail_next(kind, op="put", key_prefix=PROBE_PREFIX)
         attempts = 0

@@ -1,5 +1,5 @@
 """Read-side audit: every committed assignment version >= 2 is backed by an authority decision
-(spec_rebalance §2.5, §2.6, §2.11, §4.16; T60 "bare successor").
+(AS §2.5, AS §2.6, AS §2.11, AS §4.16; RB-T60 "bare successor").
 
 For each retained version v >= 2 of the inventory:
 

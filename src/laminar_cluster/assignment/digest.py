@@ -1,9 +1,9 @@
-"""Assignment digests and the fence built from an owner map (spec_rebalance §2.2, §2.4, §2.13).
+"""Assignment digests and the fence built from an owner map (AS §2.2, AS §2.4, AS §2.13).
 
 All integers are little-endian; UUIDs are their 16 RFC-4122 bytes. Our
 `CheckpointAssignmentFence` has no `partitioning_abi_version` field (the record is shared with
 finished checkpoint code), so the ABI enters both digests as the constant PARTITIONING_ABI_VERSION
-= 1, which keeps the §2.13 reference vectors (tests/assignment/test_digest.py, T16).
+= 1, which keeps the AS §2.13 reference vectors (tests/assignment/test_digest.py, RB-T16).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ SHA256_BYTES: Final = 32
 
 @pure_memo(512)  # pure, and the same few maps recur at every poll (a list bypasses it)
 def owner_map_digest(vnode_count: int, owners: Sequence[int]) -> bytes:
-    """SHA256(domain ‖ abi:u16 ‖ vnode_count:u32 ‖ len:u64 ‖ owner:u64 …) (§2.2)."""
+    """SHA256(domain ‖ abi:u16 ‖ vnode_count:u32 ‖ len:u64 ‖ owner:u64 …) (AS §2.2)."""
     hasher = hashlib.sha256(OWNER_MAP_DOMAIN)
     hasher.update(struct.pack("<HIQ", PARTITIONING_ABI_VERSION, vnode_count, len(owners)))
     for owner in owners:
@@ -48,7 +48,7 @@ def owner_map_digest(vnode_count: int, owners: Sequence[int]) -> bytes:
 @pure_memo(512)
 def fence_digest(fence: CheckpointAssignmentFence) -> bytes:
     """SHA256(domain ‖ version:u64 ‖ abi:u16 ‖ vnode_count:u32 ‖ digest(32) ‖ len:u64 ‖
-    (node:u64 ‖ boot(16))…) (§2.2)."""
+    (node:u64 ‖ boot(16))…) (AS §2.2)."""
     hasher = hashlib.sha256(FENCE_DOMAIN)
     hasher.update(
         struct.pack("<QHI", fence.assignment_version, PARTITIONING_ABI_VERSION, fence.vnode_count)
@@ -71,7 +71,8 @@ def proof_bytes(proof: LeaderProof) -> bytes:
 
 
 def transition_digest(transition: AssignmentDrainTransition) -> bytes:
-    """SHA256(domain ‖ predecessor.digest ‖ target.digest ‖ node ‖ boot ‖ term ‖ token) (§2.4)."""
+    """SHA256(domain ‖ predecessor.digest ‖ target.digest ‖ node ‖ boot ‖ term ‖ token)
+    (AS §2.4)."""
     hasher = hashlib.sha256(TRANSITION_DOMAIN)
     hasher.update(fence_digest(transition.predecessor))
     hasher.update(fence_digest(transition.target))
@@ -81,7 +82,7 @@ def transition_digest(transition: AssignmentDrainTransition) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class AssignmentDrainId:
-    """The compact identity of one drain round (§2.4), carried by source commands/receipts."""
+    """The compact identity of one drain round (AS §2.4), carried by source commands/receipts."""
 
     predecessor_version: int
     target_version: int
@@ -105,7 +106,8 @@ def drain_id(transition: AssignmentDrainTransition) -> AssignmentDrainId:
 
 
 def required_participants(transition: AssignmentDrainTransition) -> tuple[FenceParticipant, ...]:
-    """The drain's ack quorum: the predecessor's participants; target-only joiners never (§2.4)."""
+    """The drain's ack quorum: the predecessor's participants; target-only joiners never
+    (AS §2.4)."""
     return transition.predecessor.participants
 
 
@@ -113,7 +115,7 @@ def required_participants(transition: AssignmentDrainTransition) -> tuple[FenceP
 def fence_from_owner_map(
     version: int, owners: Sequence[int], participants: Sequence[FenceParticipant]
 ) -> CheckpointAssignmentFence:
-    """The canonical fence of `owners` (§2.2 `from_owner_map`); ShapeViolation otherwise.
+    """The canonical fence of `owners` (AS §2.2 `from_owner_map`); ShapeViolation otherwise.
 
     The owner-id set must equal the participant-id set exactly, so owner 0 is impossible.
     """
@@ -147,7 +149,7 @@ def fence_from_owner_map(
 
 
 def fence_matches_owner_map(fence: CheckpointAssignmentFence, owners: Sequence[int]) -> bool:
-    """§2.2 `matches_owner_map`: same length, same digest, owner-id set == participant set."""
+    """AS §2.2 `matches_owner_map`: same length, same digest, owner-id set == participant set."""
     return (
         fence.vnode_count == len(owners)
         and digest32_bytes(fence.assignment_digest) == owner_map_digest(len(owners), owners)

@@ -1,4 +1,4 @@
-"""Validation and constructors of assignment snapshots (spec_rebalance §2.3, §2.4, §2.11).
+"""Validation and constructors of assignment snapshots (AS §2.3, AS §2.4, AS §2.11).
 
 Pure functions. Every rule raises `checkpoint.validate.ShapeViolation`; callers wrap them in
 `writing(...)` (InvalidArgument) before a write and `reading(key)` (CorruptRecord) after a read.
@@ -26,14 +26,14 @@ from laminar_cluster.lease.validate_decisions import drain_transition_problem
 
 
 def owners_from_vnode_map(vnodes: Mapping[int, int]) -> tuple[int, ...]:
-    """The dense owner list of a `vnode -> owner` map with keys exactly 0..n-1 (§2.3 rule 4)."""
+    """The dense owner list of a `vnode -> owner` map with keys exactly 0..n-1 (AS §2.3 rule 4)."""
     if sorted(vnodes) != list(range(len(vnodes))):
         raise ShapeViolation(f"assignment vnode keys are not exactly 0..{len(vnodes) - 1}")
     return tuple(vnodes[index] for index in range(len(vnodes)))
 
 
 def snapshot_fence(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
-    """The assignment certificate of `snapshot` (§2.3 `assignment_fence`, rules 1-7)."""
+    """The assignment certificate of `snapshot` (AS §2.3 `assignment_fence`, rules 1-7)."""
     if snapshot.assignment_version == 0:
         raise ShapeViolation("assignment snapshot version must be nonzero")
     return fence_from_owner_map(snapshot.assignment_version, snapshot.owners, snapshot.participants)
@@ -41,7 +41,7 @@ def snapshot_fence(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
 
 @pure_memo(512)  # the same heads are validated at every poll
 def validate_snapshot(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
-    """§2.3 `validate` (rules 1-9); returns the snapshot's fence."""
+    """AS §2.3 `validate` (rules 1-9); returns the snapshot's fence."""
     fence = snapshot_fence(snapshot)
     transition = snapshot.drain_transition
     if snapshot.draining != (transition is not None):
@@ -59,7 +59,7 @@ def validate_snapshot(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence
 
 
 def to_vnode_vec(snapshot: AssignmentSnapshot, vnode_count: int) -> list[int]:
-    """The dense owner list, requiring exactly `vnode_count` vnodes (§2.3)."""
+    """The dense owner list, requiring exactly `vnode_count` vnodes (AS §2.3)."""
     validate_snapshot(snapshot)
     if len(snapshot.owners) != vnode_count:
         raise ShapeViolation(
@@ -75,7 +75,7 @@ def next_for_participants(
     *,
     now_ms: int,
 ) -> AssignmentSnapshot:
-    """The committed generation version + 1 with `owners` and `participants` (§2.3)."""
+    """The committed generation version + 1 with `owners` and `participants` (AS §2.3)."""
     following = AssignmentSnapshot(
         version=1,
         assignment_version=current.assignment_version + 1,
@@ -97,7 +97,7 @@ def next_draining(
     *,
     now_ms: int,
 ) -> AssignmentSnapshot:
-    """The draining generation version + 1 whose transition binds current -> target (§2.3)."""
+    """The draining generation version + 1 whose transition binds current -> target (AS §2.3)."""
     predecessor = validate_snapshot(current)
     if current.draining:
         raise ShapeViolation("next_draining requires a committed current snapshot")
@@ -121,7 +121,7 @@ def committed_target(draining: AssignmentSnapshot, *, now_ms: int) -> Assignment
 def aborted_target(
     draining: AssignmentSnapshot, predecessor: AssignmentSnapshot, *, now_ms: int
 ) -> AssignmentSnapshot:
-    """The Abort terminal: the predecessor's vnodes and roster at the draining version (§2.3)."""
+    """The Abort terminal: the predecessor's vnodes and roster at the draining version (AS §2.3)."""
     validate_snapshot(draining)
     fence = validate_snapshot(predecessor)
     transition = draining.drain_transition
@@ -139,7 +139,7 @@ def aborted_target(
 def validate_finalization(
     finalization: DrainFinalization, draining: AssignmentSnapshot
 ) -> AssignmentSnapshot:
-    """§2.11 finalize_drain step 1: bound to `draining` by digest; the proposal is committed, of
+    """AS §2.11 finalize_drain step 1: bound to `draining` by digest; the proposal is committed, of
     the same version, and either the transition's target (Commit) or its rollback (Abort)."""
     validate_snapshot(draining)
     transition = draining.drain_transition
@@ -160,7 +160,7 @@ def validate_finalization(
 
 def is_rollback(fence: CheckpointAssignmentFence, transition: AssignmentDrainTransition) -> bool:
     """Whether `fence` is the Abort rollback of `transition`: the target's version with the
-    predecessor's vnode count, owner-map digest and participants (§2.11)."""
+    predecessor's vnode count, owner-map digest and participants (AS §2.11)."""
     predecessor = transition.predecessor
     return (
         fence.assignment_version == transition.target.assignment_version

@@ -1,4 +1,4 @@
-"""Paths of the assignment snapshot store's four namespaces (spec_rebalance §2.11).
+"""Paths of the assignment snapshot store's four namespaces (AS §2.11).
 
 * `control/assignment-snapshots/v{N:020}.json`: AssignmentSnapshot (raw, draining or committed)
 * `control/assignment-drain-finalizations/v{N:020}.json`: DrainFinalization

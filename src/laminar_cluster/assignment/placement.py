@@ -1,8 +1,8 @@
-"""Failure-domain locality and placement metrics values (spec_rebalance §3.2, §3.4).
+"""Failure-domain locality and placement metrics values (AS §3.2, AS §3.4).
 
-Locality never affects placement (§3.1); it only groups owners for the metrics. The values here
+Locality never affects placement (AS §3.1); it only groups owners for the metrics. The values here
 are plain data; publishing them as Prometheus gauges comes with the metrics layer. The successor
-roster helpers of §3.2 live in `rendezvous` and are re-exported here.
+roster helpers of AS §3.2 live in `rendezvous` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Locality:
 
     @classmethod
     def parse(cls, text: str) -> Locality:
-        """Split on `;`, trim, drop empty segments; `name=value` contributes `value` (§3.4)."""
+        """Split on `;`, trim, drop empty segments; `name=value` contributes `value` (AS §3.4)."""
         tiers: list[str] = []
         for raw in text.split(";"):
             segment = raw.strip()
@@ -77,7 +77,7 @@ class PlacementMetrics:
 def placement_metrics(
     owners: Sequence[int], nodes: Iterable[tuple[int, Locality]], tier: int
 ) -> PlacementMetrics:
-    """§3.4 `publish_placement_metrics` values: "" is labelled `unknown`; the ratio is the
+    """AS §3.4 `publish_placement_metrics` values: "" is labelled `unknown`; the ratio is the
     largest domain's share of max(len(owners), 1), 0 with no counts."""
     counts = owners_per_domain(owners, nodes, tier)
     total = max(len(owners), 1)

@@ -1,6 +1,6 @@
-"""Durable records of the assignment snapshot store (spec_rebalance §2.3, §2.11, §2.12).
+"""Durable records of the assignment snapshot store (AS §2.3, AS §2.11, AS §2.12).
 
-We use our own compact canonical encoding (`codec.encode`) for every object, as §2.12 allows a
+We use our own compact canonical encoding (`codec.encode`) for every object, as AS §2.12 allows a
 pure-Python deployment to, and keep the canonical-body check on every read (`codec.decode`
 refuses any body that is not byte-identical to its re-encoding).
 
@@ -24,7 +24,7 @@ from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentS
 
 
 class AssignmentSnapshot(Record):
-    """One assignment generation: committed, or a draining (intent) generation (§2.3)."""
+    """One assignment generation: committed, or a draining (intent) generation (AS §2.3)."""
 
     version: Literal[1]
     assignment_version: U64
@@ -36,7 +36,7 @@ class AssignmentSnapshot(Record):
 
 
 class DrainFinalization(Record):
-    """The single terminal of one draining version (§2.11 `DrainFinalization`)."""
+    """The single terminal of one draining version (AS §2.11 `DrainFinalization`)."""
 
     version: Literal[1]
     transition_digest: Digest32
@@ -44,7 +44,7 @@ class DrainFinalization(Record):
 
 
 class RecoveryMaterialization(Record):
-    """An authority-admitted recovery successor installed at its version (§2.11)."""
+    """An authority-admitted recovery successor installed at its version (AS §2.11)."""
 
     version: Literal[1]
     proposal: AssignmentSnapshotRef

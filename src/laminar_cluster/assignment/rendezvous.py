@@ -1,4 +1,4 @@
-"""Rendezvous (highest random weight) placement of vnodes on nodes (spec_rebalance §3.1-§3.3).
+"""Rendezvous (highest random weight) placement of vnodes on nodes (AS §3.1-§3.3).
 
 `weight(v, n) = xxh3_64(le_u64(v) ‖ le_u64(n))`; each vnode goes to the peer with the highest
 `(weight, node_id)`. Adding a node moves only the vnodes the newcomer now wins (about
@@ -71,7 +71,7 @@ def retain_recovery_predecessors(
     successor_processes: Sequence[FenceParticipant],
 ) -> None:
     """Give every healthy predecessor (same node and boot among the successors) at least one
-    vnode, taking it from the most loaded eligible owner (§3.3). Mutates `assignment`."""
+    vnode, taking it from the most loaded eligible owner (AS §3.3). Mutates `assignment`."""
     live = {(p.node_id, p.boot_incarnation) for p in successor_processes}
     retained = sorted(
         p.node_id for p in predecessor_roster if (p.node_id, p.boot_incarnation) in live

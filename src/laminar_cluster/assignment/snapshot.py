@@ -1,5 +1,5 @@
-"""`AssignmentSnapshotStore`: create-only, per-version assignment history (spec_rebalance §2.11,
-§6.1; protocol doc docs/protocols/assignment-snapshots.md, invariants AS-n).
+"""`AssignmentSnapshotStore`: create-only, per-version assignment history (AS §2.11,
+AS §6.1; protocol doc docs/protocols/assignment-snapshots.md, invariants AS-n).
 
 Four namespaces (`paths`): raw snapshots (seed v1 and every rotation), drain finalizations (one
 terminal per draining version), recovery materializations (authority-admitted successors, which
@@ -8,8 +8,8 @@ object store works without conditional overwrite.
 
 Results are values: `Rotated(snapshot)` when this call's object is (now) durable, or
 `Conflict(winner)` when another writer's object won the version. Errors: InvalidArgument for a
-deterministic refusal (spec `Invalid`), CorruptRecord for bad durable bytes (spec `Json`),
-StoreUnavailable / WriteOutcomeUnknown for I/O (spec `Io`; the second is ambiguous).
+deterministic refusal (`Invalid` in AS §2.11), CorruptRecord for bad durable bytes (`Json`),
+StoreUnavailable / WriteOutcomeUnknown for I/O (`Io`; the second is ambiguous).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from laminar_cluster.lease.records import (
 from laminar_cluster.lease.validate_decisions import validate_snapshot_ref
 from laminar_cluster.store import CREATE, ObjectStore, ReadBack, put_resolved
 
-# §2.11 prune: at most 4 batches of 64 staged proposals per version and pass.
+# AS §2.11 prune: at most 4 batches of 64 staged proposals per version and pass.
 PROPOSAL_PRUNE_BATCH: Final = 64
 PROPOSAL_PRUNE_BATCHES_MAX: Final = 4
 FINALIZATION_PRUNE_PAGES_MAX: Final = 16
@@ -88,7 +88,7 @@ RotateResult = Rotated | Conflict
 
 
 class AssignmentSnapshotStore:
-    """The assignment snapshot store over one ObjectStore (§6.1). Also satisfies
+    """The assignment snapshot store over one ObjectStore (AS §6.1). Also satisfies
     `authority.assignment_decisions.AssignmentSnapshotSource`."""
 
     def __init__(self, store: ObjectStore) -> None:
@@ -103,7 +103,7 @@ class AssignmentSnapshotStore:
         return versions[-1] if versions else None
 
     async def load(self) -> AssignmentSnapshot | None:
-        """The head generation with the §2.11 overlay, or None for an empty store."""
+        """The head generation with the AS §2.11 overlay, or None for an empty store."""
         head = await self.head_version()
         if head is None:
             return None
@@ -119,7 +119,7 @@ class AssignmentSnapshotStore:
 
     async def load_drain_transition(self, version: int) -> AssignmentDrainTransition | None:
         """The raw draining object's transition (it survives finalization); None for a
-        recovery materialization or a committed raw object (§2.11)."""
+        recovery materialization or a committed raw object (AS §2.11)."""
         if await load_materialization(self._store, version) is not None:
             return None
         raw = await load_raw(self._store, version)
@@ -138,7 +138,7 @@ class AssignmentSnapshotStore:
         """Create version prior + 1 only (AS-3: monotonic +1, one winner per version).
 
         `Rotated` also when the version already holds exactly `snapshot` (a retry after an
-        ambiguous create, spec T41), `Conflict(winner)` otherwise."""
+        ambiguous create, AS-3), `Conflict(winner)` otherwise."""
         body = _encode_snapshot(snapshot)
         target = prior + 1
         require(snapshot.assignment_version == target, "save_if_version is monotonic +1 only")

@@ -1,5 +1,5 @@
 """Bounded, strictly decoded reads and create-only writes of the assignment snapshot store
-(spec_rebalance §2.11): the inventory LIST and the per-object GETs used by `snapshot`.
+(AS §2.11): the inventory LIST and the per-object GETs used by `snapshot`.
 
 Every GET asks for at most max+1 bytes and decodes strictly and canonically (`codec.decode`);
 every record is validated after reading (`reading(key)` turns a rule violation into
@@ -31,7 +31,7 @@ from laminar_cluster.lease.records import AssignmentSnapshotRef
 from laminar_cluster.lease.validate_decisions import MAX_ASSIGNMENT_SNAPSHOT_BYTES
 from laminar_cluster.store import ObjectStore
 
-# §2.11: a proposal is <= 8 MiB; a materialization or finalization wraps one in <= 1 KiB more.
+# AS §2.11: a proposal is <= 8 MiB; a materialization or finalization wraps one in <= 1 KiB more.
 MAX_SNAPSHOT_BYTES: Final = MAX_ASSIGNMENT_SNAPSHOT_BYTES
 MAX_WRAPPED_SNAPSHOT_BYTES: Final = MAX_ASSIGNMENT_SNAPSHOT_BYTES + 1_024
 # The inventory is one bounded LIST: pruning keeps two versions, so thousands mean a leak.
@@ -51,7 +51,7 @@ async def get_record(store: ObjectStore, key: str, type_: type[R], max_bytes: in
 
 
 async def inventory(store: ObjectStore) -> list[int]:
-    """The sorted, de-duplicated, contiguous versions of the snapshot namespace (§2.11).
+    """The sorted, de-duplicated, contiguous versions of the snapshot namespace (AS §2.11).
 
     A `v…` name that is not exactly `v` + 20 digits + `.json` (version >= 1), or a
     materialization name that is not one of version >= 2, fails the load (it would hide a split
@@ -93,7 +93,7 @@ def _listed_version(key: str) -> int | None:
         return version
     name = key[len(SNAPSHOTS_PREFIX) :]
     if "/" in name or not name.startswith("v"):
-        return None  # a foreign sibling (§2.11: ignored)
+        return None  # a foreign sibling (AS §2.11: ignored)
     version = parse_version_name(name)
     if version is None or version < 1:
         raise CorruptRecord(f"{key}: snapshot name is not v + 20 digits + .json", key=key)
@@ -138,7 +138,7 @@ async def load_finalization(
 
 
 async def load_effective(store: ObjectStore, version: int) -> AssignmentSnapshot | None:
-    """§2.11 overlay: the recovery materialization first, else the raw object, replaced by its
+    """AS §2.11 overlay: the recovery materialization first, else the raw object, replaced by its
     finalization's proposal when it is draining and finalized. None if absent or pruned."""
     materialized = await load_materialization(store, version)
     if materialized is not None:  # AS-7: the recovery namespace outranks the raw object
@@ -151,7 +151,7 @@ async def load_effective(store: ObjectStore, version: int) -> AssignmentSnapshot
 
 
 def snapshot_ref(snapshot: AssignmentSnapshot) -> AssignmentSnapshotRef:
-    """The content address of a committed snapshot's canonical compact encoding (§2.6)."""
+    """The content address of a committed snapshot's canonical compact encoding (AS §2.6)."""
     body = encode(snapshot)
     return AssignmentSnapshotRef(
         version=snapshot.assignment_version, sha256=sha256_hex(body), encoded_len=len(body)

@@ -138,6 +138,25 @@ def status(
     )
 
 
+@app.command("console")
+def console_command(
+    store: StoreOption,
+    host: Annotated[str, option("--host", help="Address to serve the page on.")] = "127.0.0.1",
+    port: Annotated[
+        int, option("--port", min=0, max=65_535, help="Port (0: a free one, printed).")
+    ] = 8080,
+    refresh_s: Annotated[
+        float, option("--refresh", min=0.1, help="Read the store at most this often, seconds.")
+    ] = 1.0,
+    config: ConfigOption = None,
+) -> None:
+    """A read-only web page of the cluster, live: leader and tokens, members, vnode heatmap,
+    rotations, checkpoints, source lag, store request rates. Reads only the store."""
+    from laminar_cluster.cli.console import run_console
+
+    raise typer.Exit(guard(lambda: run_console(store, host=host, port=port, refresh_s=refresh_s)))
+
+
 @app.command("produce")
 def produce(
     store: StoreOption,

@@ -21,9 +21,11 @@ the store passed its checks, the first event is `started`, naming the metrics en
 (`metrics_port`, `metrics_url`; null without `--metrics-port`; port 0 picks a free one).
 
 With a metrics port the node keeps a `NodeMetrics` (leader, token, assignment version, vnodes
-owned and restoring, checkpoint durations and verdicts, rotations, events, source lag, store
-requests and errors by kind through `MetricsStore`, placement) served on 127.0.0.1. The node's
-`log.problem` is the problem it keeps repeating (None while it makes progress), for health.
+owned and restoring, checkpoint durations and verdicts, the last commit's age, rotations,
+events, source lag, store requests and errors by kind through `MetricsStore`, placement) served
+on `--metrics-host` (default 127.0.0.1) at `/metrics`, beside `/livez` and `/readyz`
+(metrics.server, metrics.health). The node's `log.problem` is the problem it keeps repeating
+(None while it makes progress), for health reporting.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from laminar_cluster.cli.node_start import held_by_live_process
 from laminar_cluster.clock import RealClock, retry_until
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.metrics import MetricsServer, MetricsStore, NodeMetrics, serve
+from laminar_cluster.metrics.health import node_readiness
+from laminar_cluster.metrics.server import DEFAULT_HOST
 from laminar_cluster.rebalance.node.log import JsonLogHandler, NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
 from laminar_cluster.runtime.engine_types import EngineConfig
@@ -80,6 +84,7 @@ class NodeFlags:
     source_idle_s: float
     vnode_count: int
     metrics_port: int | None
+    metrics_host: str
     replace: bool
     fault_rate: float
     fault_latency_ms: float
@@ -128,6 +133,7 @@ class NodeFlags:
             store_url,
             self.node_config(),
             metrics_port=self.metrics_port,
+            metrics_host=self.metrics_host,
             stream=self.stream_config(),
             faults=self.faults(),
             fault_seed=self.fault_seed,
@@ -141,6 +147,7 @@ def run_node_command(
     *,
     probe: bool = True,
     metrics_port: int | None = None,
+    metrics_host: str = DEFAULT_HOST,
     stream: StreamNodeConfig | None = None,
     faults: FaultConfig | None = None,
     fault_seed: int = 0,
@@ -149,7 +156,7 @@ def run_node_command(
     """Run the node in a fresh event loop; its exit code. `faults` (development and chaos
     tests only): after the probe, every store request goes through `store.faulty.FaultyStore`
     with these rates, seeded with `fault_seed`."""
-    settings = _Settings(probe, metrics_port, stream, faults, fault_seed, replace)
+    settings = _Settings(probe, metrics_port, metrics_host, stream, faults, fault_seed, replace)
     return asyncio.run(_run(store_url, config, settings))
 
 
@@ -157,6 +164,7 @@ def run_node_command(
 class _Settings:
     probe: bool
     metrics_port: int | None
+    metrics_host: str
     stream: StreamNodeConfig | None
     faults: FaultConfig | None
     fault_seed: int
@@ -178,22 +186,7 @@ async def _run(store_url: str, config: NodeConfig, settings: _Settings) -> int:
         if not await _store_usable(store, store_url, clock, log, settings):
             return EXIT_STORE_REFUSED
         store = _wrapped(store, clock, settings.faults, settings.fault_seed)
-        metrics = None if settings.metrics_port is None else NodeMetrics()
-        if metrics is not None and settings.metrics_port is not None:
-            try:
-                server = serve(metrics, settings.metrics_port)
-            except InvalidArgument as error:
-                log.write("refused", error=str(error))
-                return EXIT_STORE_REFUSED
-        faults = settings.faults
-        # The first event: the endpoint a scraper (or a test) reads the bound port from.
-        log.write(
-            "started",
-            store=store.url,
-            metrics_port=None if server is None else server.port,
-            metrics_url=None if server is None else server.url,
-            faults=None if faults is None else {"seed": settings.fault_seed, **asdict(faults)},
-        )
+        metrics = None if settings.metrics_port is None else NodeMetrics(clock=clock)
         node = StreamNode(
             store,
             clock,
@@ -205,15 +198,46 @@ async def _run(store_url: str, config: NodeConfig, settings: _Settings) -> int:
             if metrics is None
             else functools.partial(MetricsStore, metrics=metrics),
         )
+        if metrics is not None and settings.metrics_port is not None:
+            server = await _serve_metrics(metrics, settings, node, log)
+            if server is None:
+                return EXIT_STORE_REFUSED
+        faults = settings.faults
+        # The first event: the endpoint a scraper (or a test) reads the bound port from.
+        log.write(
+            "started",
+            store=store.url,
+            metrics_port=None if server is None else server.port,
+            metrics_url=None if server is None else server.url,
+            faults=None if faults is None else {"seed": settings.fault_seed, **asdict(faults)},
+        )
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _on_signal, node, config, log, signum)
         return await node.run()
     finally:
         if server is not None:
-            server.close()
+            await server.close()
         library.removeHandler(handler)
         await store.close()
+
+
+async def _serve_metrics(
+    metrics: NodeMetrics, settings: _Settings, node: StreamNode, log: NodeLog
+) -> MetricsServer | None:
+    """`/metrics`, `/livez` and `/readyz` of `node`; None (logged as `refused`) when the
+    address cannot be bound."""
+    assert settings.metrics_port is not None
+    try:
+        return await serve(
+            metrics,
+            settings.metrics_port,
+            settings.metrics_host,
+            readiness=functools.partial(node_readiness, node.node),
+        )
+    except InvalidArgument as error:
+        log.write("refused", error=str(error))
+        return None
 
 
 async def _store_usable(

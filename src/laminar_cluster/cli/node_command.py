@@ -74,8 +74,12 @@ MetricsPortOption = Annotated[
     option(
         "--metrics-port",
         min=0,
-        help="Serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, logged).",
+        help="Serve /metrics, /livez and /readyz on --metrics-host:PORT (0: a free port, "
+        "logged).",
     ),
+]
+MetricsHostOption = Annotated[
+    str, option("--metrics-host", help="Address of the metrics and health endpoint.")
 ]
 ReplaceOption = Annotated[
     bool,
@@ -128,6 +132,7 @@ def node(
     source_idle_s: SourceIdleOption = 0.02,
     vnode_count: VnodesOption = 256,
     metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
     replace: ReplaceOption = False,
     fault_rate: FaultRateOption = 0.0,
     fault_latency_ms: FaultLatencyOption = 0.0,

@@ -1,6 +1,6 @@
 """Canonical JSON for durable records: one byte string per value, checked on every read.
 
-Two families (spec_checkpoint_decision §2.4, spec_leader_lease §2.5):
+Two families (SC §2.4; reading them, SC §2.5):
 
 * **Control records** (`encode` / `decode`): compact JSON, object keys in struct declaration
   order, every field present (`None` is `null`, never omitted). Byte for byte this is

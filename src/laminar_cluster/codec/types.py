@@ -140,7 +140,7 @@ def check_record_type(type_: object) -> None:
     int64 only, and the codec bounds every int to -2**63..2**64-1 on top of that), list, variable or
     fixed tuples, dicts with str keys, unions of these, and structs that set `forbid_unknown_fields`
     and neither `omit_defaults` nor `array_like`. Refused, with the reason: floats (msgspec writes
-    `1e16` and `null` for infinity where json.dumps writes `1e+16` and `Infinity`; the spec has no
+    `1e16` and `null` for infinity where json.dumps writes `1e+16` and `Infinity`; SC §2.4 has no
     floats), ints without a lower bound, dicts with non-str keys (msgspec cannot order them, and
     serde would sort them as numbers), bytes (base64 is no record format here), Any, sets, dates and
     the rest. A struct that tolerates unknown fields is refused too: the canonical check would

@@ -40,7 +40,8 @@ class CheckpointHost(Protocol):
         ...
 
     async def cut(self, prepare: CheckpointPrepare, *, deadline: float) -> Cut:
-        """Stop consuming at one cut and capture it; raise to refuse (the attempt aborts)."""
+        """Stop consuming at one cut and capture it; raise a LaminarError to refuse (the attempt
+        aborts; any other exception aborts it too, as a bug, logged and counted)."""
         ...
 
     async def resolve(

@@ -1,5 +1,5 @@
 """`ClusterCheckpointer`: the leader side of the distributed checkpoint
-(docs/protocols/distributed-checkpoint.md, leader steps L1-L8; upstream_context §1.7).
+(docs/protocols/distributed-checkpoint.md, leader steps L1-L8; DC §1.7).
 
 It implements `rebalance.engine.handoff_checkpoint.Checkpointer`, so it is what
 `BaseEngine.checkpoint_until` runs, periodically and for the pre-rotation checkpoint:
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from laminar_cluster.assignment.digest import fence_matches_owner_map
@@ -63,12 +63,22 @@ from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
-from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
+from laminar_cluster.errors import (
+    Contended,
+    CorruptRecord,
+    DeadlineExceeded,
+    Fenced,
+    InvalidArgument,
+    LaminarError,
+    Refused,
+    restated,
+)
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
 from laminar_cluster.rebalance.interfaces import CheckpointResult
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)
@@ -142,7 +152,7 @@ class ClusterCheckpointer:
             async with within_deadline(self.clock, deadline, "cluster checkpoint"), self._lock:
                 return await self._checkpoint(fence, transition, deadline=deadline)
         except LaminarError as error:
-            return _failed(f"cluster checkpoint failed: {error}")
+            return _failed(restated(error, f"cluster checkpoint failed: {error}"))
 
     async def _checkpoint(
         self,
@@ -151,16 +161,11 @@ class ClusterCheckpointer:
         *,
         deadline: float,
     ) -> CheckpointResult:
-        proof = self.proof()
-        refusal = _refusal(fence, transition, proof)
-        if refusal is not None or proof is None:
-            return _failed(f"cluster checkpoint failed: {refusal}")
-        owners = self.owners_of(fence)
-        if owners is None or not fence_matches_owner_map(fence, owners):
-            return _failed(
-                "cluster checkpoint failed: no owner map matching fence "
-                f"v{fence.assignment_version} is known locally"
-            )
+        proof, owners = self.proof(), self.owners_of(fence)
+        refusal = _refusal(fence, transition, proof, owners)
+        if refusal is not None:
+            return _failed(restated(refusal, f"cluster checkpoint failed: {refusal}"))
+        assert proof is not None and owners is not None  # refused otherwise
         repaired = await self.upkeep.repair_markers()  # DC-12
         await self._settle_previous(proof, deadline=deadline)  # DC-7
         started_s = self.clock.monotonic()
@@ -213,26 +218,30 @@ class ClusterCheckpointer:
         if collection.rejected is not None:
             node_id, why = collection.rejected
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
-            return _failed(f"{name} aborted: participant {node_id} acked wrongly: {why}")
+            return _failed(Refused(f"{name} aborted: participant {node_id} acked wrongly: {why}"))
         missing = collection.missing(fence)
         if missing:
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
             return _failed(
-                f"{name} aborted: no valid manifest by the deadline from nodes "
-                f"{', '.join(map(str, missing))}"
+                DeadlineExceeded(
+                    f"{name} aborted: no valid manifest by the deadline from nodes "
+                    f"{', '.join(map(str, missing))}"
+                )
             )
         try:
             ref = await self._create_capsule(prepare, collection.sealed)
         except CorruptRecord as error:  # two partials cut one partition at different offsets
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
-            return _failed(f"{name} aborted: {error}")
+            return _failed(restated(error, f"{name} aborted: {error}"))
         try:
             outcome = await self._record(prepare, CheckpointVerdict.COMMIT, ref, deadline=deadline)
         except Refused as error:
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
-            return _failed(f"{name} aborted: the authority refused its Commit: {error}")
+            return _failed(
+                restated(error, f"{name} aborted: the authority refused its Commit: {error}")
+            )
         if not outcome.is_commit():
-            return _failed(f"{name} was already decided as {outcome.verdict.value}")
+            return _failed(Contended(f"{name} was already decided as {outcome.verdict.value}"))
         outputs = None
         if outcome.recovery_capsule == ref:
             sealed = collection.sealed
@@ -350,11 +359,13 @@ def _refusal(
     fence: CheckpointAssignmentFence,
     transition: AssignmentDrainTransition | None,
     proof: LeaderProof | None,
-) -> str | None:
+    owners: Sequence[int] | None,
+) -> LaminarError | None:
+    """Why this process may not take a checkpoint under `fence` now, or None."""
     if proof is None:
-        return "no live leader proof: this process is not the leader"
+        return Fenced("no live leader proof: this process is not the leader")
     if transition is not None and transition.predecessor != fence:
-        return (
+        return InvalidArgument(
             f"drain transition {transition.predecessor.assignment_version}->"
             f"{transition.target.assignment_version} does not start at the installed fence "
             f"v{fence.assignment_version}"
@@ -362,12 +373,18 @@ def _refusal(
     leader = proof.owner
     if fence.participant_incarnation(leader.node_id) != leader.boot_id:
         # The authority admits a cluster outcome only from a leader inside its fence.
-        return (
+        return Refused(
             f"leader node {leader.node_id} is not a participant of fence "
-            f"v{fence.assignment_version}"
+            f"v{fence.assignment_version}",
+            reason=Refusal.LEADER_NOT_A_PARTICIPANT,
+        )
+    if owners is None or not fence_matches_owner_map(fence, owners):
+        return Refused(
+            f"no owner map matching fence v{fence.assignment_version} is known locally",
+            reason=Refusal.OWNERS_UNKNOWN,
         )
     return None
 
 
-def _failed(message: str) -> CheckpointResult:
-    return CheckpointResult(success=False, error=message)
+def _failed(error: LaminarError) -> CheckpointResult:
+    return CheckpointResult(success=False, error=error)

@@ -1,5 +1,5 @@
 """`CheckpointParticipant`: the participant side of the distributed checkpoint
-(docs/protocols/distributed-checkpoint.md, participant steps P0-P6; upstream_context §1.7).
+(docs/protocols/distributed-checkpoint.md, participant steps P0-P6; DC §1.7).
 
 Each `step()`:
 
@@ -17,7 +17,10 @@ Each `step()`:
   before is ignored.
 * P4: `host.cut`, then the partials of exactly the cut's vnodes and the output, create-only (an
   identical object is fine: retries are idempotent); a refused cut or a failed write resolves
-  Abort at once (no manifest, so no Commit can include this node).
+  Abort at once (no manifest, so no Commit can include this node). A refusal is a LaminarError
+  (logged at INFO); any other exception is a bug of the engine (or of this code): logged at
+  ERROR with its traceback and counted (`engine_bugs`, and `on_engine_bug` for the node's
+  metrics), and the attempt is still aborted.
 * P5: the manifest, last; from its first write on, the attempt is pending.
 * P6: wait for the decision until `decision_timeout_s`; then `host.resolve`. With no decision by
   then the attempt stays pending ("in doubt") and the host stays paused: resolving Abort while
@@ -118,9 +121,10 @@ class CheckpointParticipant:
         *,
         prepare_timeout_s: float = 10.0,
         decision_timeout_s: float = 30.0,
+        on_engine_bug: Callable[[], None] | None = None,
     ) -> None:
         if poll_s <= 0 or prepare_timeout_s <= 0 or decision_timeout_s <= 0:
-            raise ValueError("poll_s and the timeouts must be > 0")
+            raise InvalidArgument("poll_s and the timeouts must be > 0")
         self.store = store
         self.clock = clock
         self.authority = authority
@@ -130,6 +134,8 @@ class CheckpointParticipant:
         self.decision_timeout_s = decision_timeout_s
         self.errors = 0
         self.last_error: str | None = None
+        self.engine_bugs = 0  # cuts that failed with an exception that is not a LaminarError
+        self._on_engine_bug = on_engine_bug
         self._scanned = False
         self._cursor: int | None = None  # the newest attempt seen by listing
         self._newest: CheckpointPrepare | None = None
@@ -287,10 +293,10 @@ class CheckpointParticipant:
             async with within_deadline(self.clock, deadline, f"cut of attempt {attempt.epoch}"):
                 cut = await self.host.cut(prepare, deadline=deadline)
             digests, output_sha256 = await self._write_cut(prepare, cut, deadline=deadline)
-        except Exception as error:  # the host's refusal, or a failed write
+        except Exception as error:  # the host's refusal, a failed write, or a bug
             # No manifest of ours exists, so no Commit can include us: Abort is safe now (and
             # retried by later steps if the host fails to resume).
-            logger.info("attempt %d refused: %s", attempt.epoch, error)
+            self._note_refusal(attempt, error)
             self._pending = _Pending(prepare, decided=False)
             await self._resolve(self._pending, False)
             return Refused(attempt, str(error))
@@ -314,6 +320,18 @@ class CheckpointParticipant:
             logger.warning("attempt %d: manifest write failed: %s", attempt.epoch, error)
         settled = await self._wait(self.clock.monotonic() + self.decision_timeout_s)
         return InDoubt(attempt) if settled is None else settled
+
+    def _note_refusal(self, attempt: CheckpointAttempt, error: Exception) -> None:
+        """A LaminarError is the host's refusal or a failed write; anything else is a bug."""
+        if isinstance(error, LaminarError):
+            logger.info("attempt %d refused: %s", attempt.epoch, error)
+            return
+        self.engine_bugs += 1
+        logger.error(
+            "attempt %d: the cut failed with a bug; aborting it", attempt.epoch, exc_info=error
+        )
+        if self._on_engine_bug is not None:
+            self._on_engine_bug()
 
     async def _write_cut(
         self, prepare: CheckpointPrepare, cut: Cut, *, deadline: float

@@ -1,5 +1,5 @@
 """The sink's durable commit markers (docs/protocols/distributed-checkpoint.md, "Objects", DC-12;
-upstream_context §1.9).
+DC §1.9).
 
 `checkpoints/attempt={id:020}/committed.json` (`SinkCommit`) says, in the sink's own storage,
 that attempt `id` committed: the capsule of its cluster Commit, the fence and each participant's

@@ -199,6 +199,9 @@ class LeaderLeaseManager:
         self._deadline = LeaseDeadline(clock)
         self._watch = LeaseWatch()
         self._started = False
+        # Monotonic time this manager last learned who holds the lease (itself or a rival);
+        # for readiness only, never for a lease decision.
+        self.known_at_s: float | None = None
 
     @property
     def owner(self) -> LeaderLeaseOwner:
@@ -407,6 +410,7 @@ class LeaderLeaseManager:
             state.observation = None
             state.valid_until = attempt_valid_until
             state.held_token = lease.token
+            self.known_at_s = self._clock.monotonic()
             self._deadline.extend_until(attempt_valid_until)
             self._watch.publish(lease)
             logger.debug("leader lease granted: seq %d token %d", lease.seq, lease.token)
@@ -415,6 +419,7 @@ class LeaderLeaseManager:
         return True
 
     def _on_held(self, held: Held, state: _TermState) -> None:
+        self.known_at_s = self._clock.monotonic()
         self._withdraw("a rival holds the leader lease")
         state.valid_until, state.held_token = None, None
         rival = held.lease

@@ -1,5 +1,5 @@
 """Membership: per-process leases on the store and discovery of peers from them
-(upstream_context §1.3, §2.1, §2.2, §2.11; spec_leader_lease §8.2, §4.3.4;
+(ML §1.3, ML §2.1, ML §2.2, ML §2.11, ML §8.2, ML §4.3.4;
 docs/protocols/membership.md)."""
 
 from laminar_cluster.membership.discovery import (

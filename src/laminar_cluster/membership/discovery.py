@@ -1,10 +1,10 @@
-"""Discovery: who is in the cluster, read from the store (upstream_context §1.3, §2.2;
-spec_leader_lease §4.3.4; docs/protocols/membership.md).
+"""Discovery: who is in the cluster, read from the store (ML §1.3, ML §2.2,
+ML §4.3.4; docs/protocols/membership.md).
 
 Each poll makes one bounded listing of `membership/nodes/` (ML-8) and reads only the records
 whose version changed since the last poll. Each node's liveness identity (boot, term, seq) is
 observed on this process's monotonic clock from the first poll that saw it: unchanged for half
-its ttl -> `suspected`, for a full ttl -> `dead` (ML-4, the takeover rule of §4.3.4). The view
+its ttl -> `suspected`, for a full ttl -> `dead` (ML-4, the takeover rule of ML §4.3.4). The view
 is a pure function of the records and these ages, sorted by node id, and includes this node
 itself, so every node converges on the same view (ML-9). Corrupt records are reported, never
 trusted (ML-10).
@@ -77,14 +77,14 @@ class MembershipView:
         return tuple(member.node for member in self.members if member.live)
 
     def assignable_nodes(self) -> tuple[int, ...]:
-        """§1.3: only active nodes receive vnodes."""
+        """ML §1.3: only active nodes receive vnodes."""
         return tuple(m.node for m in self.members if m.state is ObservedState.ACTIVE)
 
     def member(self, node: int) -> Member | None:
         return next((member for member in self.members if member.node == node), None)
 
     def signature(self) -> tuple[tuple[int, str, int], ...]:
-        """What watchers compare (§1.3 publish_if_changed): ages excluded."""
+        """What watchers compare (ML §1.3 publish_if_changed): ages excluded."""
         return tuple((m.node, m.state.value, m.term) for m in self.members)
 
 

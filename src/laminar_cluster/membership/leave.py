@@ -1,5 +1,5 @@
 """A node's lifecycle on its process lease: joining -> active, renewal, graceful leave
-(upstream_context §1.3, §2.2; spec_leader_lease §4.9.3; docs/protocols/membership.md).
+(ML §1.3, ML §2.2, ML §4.9.3; docs/protocols/membership.md).
 
 `keep_renewed` renews every `interval_s` until the lease is released (state `left`) and raises
 `ProcessFenced` when superseded or when the local deadline passes (ML-2, ML-5). `leave`
@@ -44,7 +44,7 @@ async def keep_renewed(holder: ProcessLeaseHolder, clock: Clock, *, interval_s: 
 
 
 async def activate(holder: ProcessLeaseHolder, *, deadline: float) -> None:
-    """joining -> active (only active nodes are assignable, §1.3)."""
+    """joining -> active (only active nodes are assignable, ML §1.3)."""
     await holder.renew(deadline=deadline, state=NodeState.ACTIVE)
 
 

@@ -1,4 +1,4 @@
-"""Object paths of membership (upstream_context §1.3, §1.11): one lease object per node id.
+"""Object paths of membership (ML §1.3, ML §1.11): one lease object per node id.
 
 `membership/nodes/node={id:020}/lease.json`. The record is also the node's start counter: the
 process term of a new start is the stored term + 1, written by compare-and-swap (ML-1).

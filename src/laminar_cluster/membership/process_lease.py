@@ -1,9 +1,9 @@
-"""The per-node process lease (upstream_context §1.3, §2.11; spec_leader_lease §8.2, §4.3.4,
-§4.9.2; docs/protocols/membership.md).
+"""The per-node process lease (ML §1.3, ML §2.11, ML §8.2, ML §4.3.4,
+ML §4.9.2; docs/protocols/membership.md).
 
 * `acquire`: every start takes the stored term + 1 and seq + 1 by compare-and-swap on the
   node's one record, immediately (ML-1, ML-2). The previous incarnation, if any, is named in a
-  `ProcessLeaseFence` (§8.2: an immediate takeover, seq + 1 and term + 1), which the new record
+  `ProcessLeaseFence` (ML §8.2: an immediate takeover, seq + 1 and term + 1), which the new record
   also keeps, newest first, in its `takeovers` (ML-11); renewals carry them unchanged.
 * `renew`: update-if-match on our own last version with a fresh nonce; the local validity is
   anchored at the start of the attempt (ML-3). A CAS lost to any other incarnation means a newer
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -38,8 +39,10 @@ from laminar_cluster.lease.term import ttl_ms_of
 from laminar_cluster.membership.paths import node_lease_path
 from laminar_cluster.membership.records import (
     MAX_NODE_LEASE_RECORD_BYTES,
+    NODE_LEASE_RECORD_VERSION,
     STATE_ORDER,
     NodeLeaseRecord,
+    NodeReport,
     NodeState,
     decode_node_record,
     encode_node_record,
@@ -76,7 +79,7 @@ class AcquiredLease:
 
     @property
     def fence(self) -> ProcessLeaseFence | None:
-        """§8.2 evidence that the predecessor's exact term was taken over (seq+1, term+1)."""
+        """ML §8.2 evidence that the predecessor's exact term was taken over (seq+1, term+1)."""
         if self.predecessor is None:
             return None
         return ProcessLeaseFence(predecessor=self.predecessor.lease, successor=self.record.lease)
@@ -104,8 +107,12 @@ class ProcessLeaseHolder:
         *,
         ttl_s: float,
         failure_domain: str | None = None,
+        report: Callable[[], NodeReport | None] | None = None,
     ) -> None:
+        """`report`, when given, is called for each start and renewal: what the record
+        carries for operators (records.NodeReport)."""
         self._store = store
+        self._report = report
         self._clock = clock
         self.node = node
         self.key = node_lease_path(node)
@@ -188,6 +195,7 @@ class ProcessLeaseHolder:
                 lease=replace(lease, seq=lease.seq + 1, expires_at_ms=self._expiry_ms()),
                 state=new_state,
                 nonce=str(self._clock.uuid4()),
+                report=self._current_report(),
             )
             op_deadline = min(deadline, valid_until_s)
             try:
@@ -299,14 +307,18 @@ class ProcessLeaseHolder:
             )
         )
         return NodeLeaseRecord(
-            version=1,
+            version=NODE_LEASE_RECORD_VERSION,
             lease=lease,
             state=NodeState.JOINING,
             ttl_ms=self.ttl_ms,
             nonce=str(self._clock.uuid4()),
             failure_domain=self._failure_domain,
             takeovers=takeovers,
+            report=self._current_report(),
         )
+
+    def _current_report(self) -> NodeReport | None:
+        return None if self._report is None else self._report()
 
     async def _write_start(
         self, current: Stored | None, candidate: NodeLeaseRecord

@@ -1,33 +1,45 @@
-"""The durable per-node process lease record (upstream_context §1.3, §2.1, §2.2, §2.11;
-spec_leader_lease §8.2; spec_rebalance §2.1).
+"""The durable per-node process lease record (ML §1.3, ML §2.1, ML §2.2,
+ML §2.11, ML §8.2).
 
 One object per node id holds the current incarnation's `ProcessLease` (node, boot owner,
 process term, renewal seq, diagnostic expiry), the node's announced state and the ttl it renews
 under. A renewal changes `lease.seq` and `nonce`; a new start changes `lease.owner`, and
 `lease.term`: these three make the liveness identity peers observe (ML-4).
 
+`report` (version 2) is what the node tells operators on every renewal, at no extra request:
+its cumulative store requests by kind since the process began counting (with the monotonic
+milliseconds they cover, so a reader computes a rate from two renewals without trusting any
+wall clock), the assignment version its engine runs and the vnodes it is still restoring.
+Nothing in the protocol reads it; `views` and the console do. A version 1 record (no report)
+still decodes, as version 2 with `report` None.
+
 `takeovers` is the durable evidence of the node's most recent incarnation changes (ML-11): the
-exact §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
+exact ML §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
 newest first, at most `NODE_TAKEOVERS_MAX`. It lets anyone fence an old boot of a restarted node
-(spec_rebalance §2.6 `removed_process_fences`) without having observed that boot, and after the
+(AS §2.6 `removed_process_fences`) without having observed that boot, and after the
 new boot renewed.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.codec import U64, Record, decode, encode_checked
+from laminar_cluster.codec import U16, U32, U64, Record, decode, encode_checked
 from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem, process_lease_problem
 
-# The widest record (8 takeovers, every integer and the failure domain at their widest) is
-# about 3.6 KB.
-MAX_NODE_LEASE_RECORD_BYTES: Final = 4096
+# The widest version 1 record (8 takeovers, every integer and the failure domain at their
+# widest) is about 3.6 KB; version 2 with a report listing 256 five-digit vnodes is 4,478 bytes.
+MAX_NODE_LEASE_RECORD_BYTES: Final = 8192
+NODE_LEASE_RECORD_VERSION: Final = 2
+# The restoring vnodes a report lists (all of them up to this many; the count is always exact).
+REPORT_RESTORING_VNODES_MAX: Final = 256
 NODE_TAKEOVERS_MAX: Final = 8
 FAILURE_DOMAIN_CHARS_MAX: Final = 64
 NODE_TTL_MS_MIN: Final = 10
@@ -35,7 +47,7 @@ NODE_TTL_MS_MAX: Final = 600_000
 
 
 class NodeState(enum.Enum):
-    """The announced states (§2.2). `suspected` and `dead` are never written: an observer
+    """The announced states (ML §2.2). `suspected` and `dead` are never written: an observer
     derives them (`discovery`)."""
 
     JOINING = "joining"
@@ -53,8 +65,46 @@ STATE_ORDER: Final = {
 }
 
 
+class StoreRequestCounts(Record):
+    """Store requests of one process by kind, cumulative since it began counting
+    `counted_ms` milliseconds ago on its own monotonic clock."""
+
+    get: U64
+    head: U64
+    put: U64
+    list: U64
+    delete: U64
+    counted_ms: U64
+
+
+class NodeReport(Record):
+    """What a node tells operators with each renewal (module docstring)."""
+
+    requests: StoreRequestCounts
+    assignment_version: U64
+    restoring_count: U32
+    restoring: tuple[U16, ...]  # ascending; the first REPORT_RESTORING_VNODES_MAX of them
+
+
 class NodeLeaseRecord(Record):
-    """`membership/nodes/node={id:020}/lease.json`."""
+    """`membership/nodes/node={id:020}/lease.json` (version 2)."""
+
+    version: Literal[2]
+    lease: ProcessLease
+    state: NodeState
+    ttl_ms: U64
+    nonce: str
+    failure_domain: str | None
+    takeovers: tuple[ProcessLeaseFence, ...]
+    report: NodeReport | None
+
+    def liveness_identity(self) -> tuple[str, int, int]:
+        """Equal identities mean no renewal and no new start happened in between (ML-4)."""
+        return (self.lease.owner, self.lease.term, self.lease.seq)
+
+
+class NodeLeaseRecordV1(Record):
+    """The version 1 record: version 2 without `report`. Read, never written."""
 
     version: Literal[1]
     lease: ProcessLease
@@ -64,9 +114,50 @@ class NodeLeaseRecord(Record):
     failure_domain: str | None
     takeovers: tuple[ProcessLeaseFence, ...]
 
-    def liveness_identity(self) -> tuple[str, int, int]:
-        """Equal identities mean no renewal and no new start happened in between (ML-4)."""
-        return (self.lease.owner, self.lease.term, self.lease.seq)
+    def upgraded(self) -> NodeLeaseRecord:
+        return NodeLeaseRecord(
+            version=NODE_LEASE_RECORD_VERSION,
+            lease=self.lease,
+            state=self.state,
+            ttl_ms=self.ttl_ms,
+            nonce=self.nonce,
+            failure_domain=self.failure_domain,
+            takeovers=self.takeovers,
+            report=None,
+        )
+
+
+def node_report(
+    requests: Mapping[str, int], counted_s: float, assignment_version: int, restoring: Iterable[int]
+) -> NodeReport:
+    """A report from a request counter by kind (`store.counting.CountingStore.requests`)."""
+    ordered = sorted(restoring)
+    return NodeReport(
+        requests=StoreRequestCounts(
+            get=requests.get("get", 0),
+            head=requests.get("head", 0),
+            put=requests.get("put", 0),
+            list=requests.get("list", 0),
+            delete=requests.get("delete", 0),
+            counted_ms=max(0, round(counted_s * 1000)),
+        ),
+        assignment_version=assignment_version,
+        restoring_count=len(ordered),
+        restoring=tuple(ordered[:REPORT_RESTORING_VNODES_MAX]),
+    )
+
+
+def report_problem(report: NodeReport | None) -> str | None:
+    """The restoring list holds exactly the first min(count, bound) vnodes, strictly
+    ascending."""
+    if report is None:
+        return None
+    listed, count = report.restoring, report.restoring_count
+    if len(listed) != min(REPORT_RESTORING_VNODES_MAX, count):
+        return f"report lists {len(listed)} restoring vnodes for a count of {count}"
+    if any(a >= b for a, b in itertools.pairwise(listed)):
+        return "report's restoring vnodes are not strictly ascending"
+    return None
 
 
 def node_record_problem(record: NodeLeaseRecord, node: int) -> str | None:
@@ -85,7 +176,7 @@ def node_record_problem(record: NodeLeaseRecord, node: int) -> str | None:
     domain = record.failure_domain
     if domain is not None and not 0 < len(domain) <= FAILURE_DOMAIN_CHARS_MAX:
         return f"failure domain is {len(domain)} chars; 1 to {FAILURE_DOMAIN_CHARS_MAX} allowed"
-    return takeovers_problem(record, node)
+    return report_problem(record.report) or takeovers_problem(record, node)
 
 
 def with_takeover(
@@ -97,7 +188,7 @@ def with_takeover(
 
 
 def takeovers_problem(record: NodeLeaseRecord, node: int) -> str | None:
-    """ML-11: at most 8 canonical §8.2 fences of `node`, strictly newest first by successor
+    """ML-11: at most 8 canonical ML §8.2 fences of `node`, strictly newest first by successor
     term, the newest no newer than the record's own lease (same owner, seq not ahead, when it
     has the lease's term)."""
     takeovers = record.takeovers
@@ -135,8 +226,16 @@ def encode_node_record(record: NodeLeaseRecord, *, key: str, node: int) -> bytes
 
 
 def decode_node_record(body: bytes, *, key: str, node: int) -> NodeLeaseRecord:
-    """Strict canonical decode plus validation; anything else is CorruptRecord, never trusted."""
-    record = decode(body, NodeLeaseRecord, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+    """Strict canonical decode plus validation; anything else is CorruptRecord, never trusted.
+    A version 1 record decodes as version 2 without a report."""
+    try:
+        record = decode(body, NodeLeaseRecord, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+    except CorruptRecord as error:
+        try:
+            old = decode(body, NodeLeaseRecordV1, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+        except CorruptRecord:
+            raise error from None
+        record = old.upgraded()
     problem = node_record_problem(record, node)
     if problem is not None:
         raise CorruptRecord(f"{key}: {problem}", key=key)

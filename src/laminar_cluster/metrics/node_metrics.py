@@ -10,13 +10,19 @@ three ways:
   engine's registry, and, when the engine reports `progress()`, vnodes restoring and events
   processed; `update_lag_from(engine, deadline=)` less often, since the lag reads the log ends;
 * event calls where things happen: `checkpoint_finished`, `rotated`, `events_processed`,
-  `set_source_lag`;
+  `set_source_lag`, `commit_seen`, `engine_bug` (the checkpoint participant caught an engine
+  exception that is not a LaminarError: a bug, logged with its traceback);
 * `MetricsStore` (metrics.counted_store) counts every store request and error through
   `store_request` / `store_error`; the watcher publishes placement through `publish_placement`
   (it is the rebalance layer's `PlacementSink`).
 
-Names: the placement series keep their spec names (`placement_vnodes_per_domain`,
-`placement_blast_radius_ratio`); every other series starts with `laminar_` and ends in its unit.
+Names follow the Prometheus conventions: every series starts with `laminar_` (the placement
+series are spec_rebalance §3.4's `placement_vnodes_per_domain` and
+`placement_blast_radius_ratio` under that prefix), counters end in `_total` (prometheus_client
+appends it to a Counter's name), and a unit ends the name where there is one (`_seconds`,
+`_events`). `laminar_last_commit_age_seconds` is computed at scrape time on the metrics' clock:
+the monotonic seconds since this process last saw a cluster checkpoint commit (it led one, or
+its engine committed its cut of one); NaN before the first.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from laminar_cluster.assignment.placement import PlacementMetrics
 from laminar_cluster.checkpoint.records import CheckpointVerdict
+from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
@@ -80,8 +87,13 @@ class LagSource(Protocol):
 class NodeMetrics:
     """The series of one node process, on `self.registry`."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
+        self.clock = RealClock() if clock is None else clock
+        self._last_commit_s: float | None = None
+        self._commits_seen = 0
         r = self.registry
         self.leader = Gauge("laminar_leader", "1 while this process leads, else 0", registry=r)
         self.leader_token = Gauge(
@@ -117,11 +129,26 @@ class NodeMetrics:
         self.events = Counter(
             "laminar_events_processed", "Events processed by the local engine", registry=r
         )
+        self.engine_bugs = Counter(
+            "laminar_engine_bugs",
+            "Engine exceptions that are not LaminarErrors (bugs); each aborted its checkpoint",
+            registry=r,
+        )
         self.source_lag = Gauge(
             "laminar_source_lag_events",
             "Events between the log ends and the consumed offsets (NaN: unknown)",
             registry=r,
         )
+        self._define_store_and_placement(r)
+        for op in STORE_OPS:  # every operation's series exists from the start, at 0
+            self.store_requests.labels(op=op)
+        for verdict in CheckpointVerdict:
+            self.checkpoint_outcomes.labels(verdict=verdict.value)
+        self.source_lag.set(math.nan)
+        self._events_seen = 0
+
+    def _define_store_and_placement(self, r: CollectorRegistry) -> None:
+        """The store, placement and last-commit series (part of `__init__`)."""
         self.store_requests = Counter(
             "laminar_store_requests", "Object store requests, by operation", ["op"], registry=r
         )
@@ -132,22 +159,22 @@ class NodeMetrics:
             registry=r,
         )
         self.placement_vnodes = Gauge(
-            "placement_vnodes_per_domain",
+            "laminar_placement_vnodes_per_domain",
             "Vnodes per failure domain at the isolation tier (spec_rebalance §3.4)",
             ["domain"],
             registry=r,
         )
         self.placement_blast_radius = Gauge(
-            "placement_blast_radius_ratio",
+            "laminar_placement_blast_radius_ratio",
             "Largest failure domain's share of the vnodes (spec_rebalance §3.4)",
             registry=r,
         )
-        for op in STORE_OPS:  # every operation's series exists from the start, at 0
-            self.store_requests.labels(op=op)
-        for verdict in CheckpointVerdict:
-            self.checkpoint_outcomes.labels(verdict=verdict.value)
-        self.source_lag.set(math.nan)
-        self._events_seen = 0
+        self.last_commit_age = Gauge(
+            "laminar_last_commit_age_seconds",
+            "Seconds since this process last saw a cluster checkpoint commit (NaN: none yet)",
+            registry=r,
+        )
+        self.last_commit_age.set_function(self._last_commit_age_s)
 
     # -- gauges ------------------------------------------------------------------------------
     def set_leader(self, proof: LeaderProof | None) -> None:
@@ -175,9 +202,22 @@ class NodeMetrics:
         self.checkpoint_duration.labels(outcome=outcome).observe(duration_s)
         if verdict is not None:
             self.checkpoint_outcomes.labels(verdict=verdict.value).inc()
+        if verdict is CheckpointVerdict.COMMIT:
+            self.commit_seen()
+
+    def commit_seen(self) -> None:
+        """A cluster checkpoint committed now (as this process learned it)."""
+        self._last_commit_s = self.clock.monotonic()
+
+    def _last_commit_age_s(self) -> float:
+        last = self._last_commit_s
+        return math.nan if last is None else max(0.0, self.clock.monotonic() - last)
 
     def rotated(self) -> None:
         self.rotations.inc()
+
+    def engine_bug(self) -> None:
+        self.engine_bugs.inc()
 
     def events_processed(self, events: int) -> None:
         if events < 0:
@@ -212,6 +252,11 @@ class NodeMetrics:
         restoring = getattr(figures, "restoring_vnodes", None)
         if isinstance(restoring, int):
             self.set_restoring(restoring)
+        commits = getattr(figures, "commits", None)
+        if isinstance(commits, int):
+            if commits > self._commits_seen:  # the engine committed its cut of a checkpoint
+                self.commit_seen()
+            self._commits_seen = commits
         processed = getattr(figures, "events_processed", None)
         if isinstance(processed, int):
             if processed > self._events_seen:  # a counter only rises; a new engine starts at 0

@@ -19,7 +19,6 @@ from laminar_cluster.errors import DeadlineExceeded
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import ProcessLeaseFence
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError
 
 logger: Final = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ async def _lock(ctx: RebalanceContext, deadline: float, what: str) -> None:
         async with within_deadline(ctx.clock, deadline, what):
             await ctx.engine.adoption_lock.acquire()
     except DeadlineExceeded as error:
-        raise RebalanceError(f"timed out serializing assignment authority {what}") from error
+        raise DeadlineExceeded(f"timed out serializing assignment authority {what}") from error
 
 
 async def _drain_execution(ctx: RebalanceContext, deadline: float, what: str) -> None:
@@ -47,7 +46,7 @@ async def _drain_execution(ctx: RebalanceContext, deadline: float, what: str) ->
         async with within_deadline(ctx.clock, deadline, what):
             await ctx.engine.rotation_lock.drain()
     except DeadlineExceeded as error:
-        raise RebalanceError(f"timed out draining assignment execution after {what}") from error
+        raise DeadlineExceeded(f"timed out draining assignment execution after {what}") from error
 
 
 async def close_local_assignment_authority(

@@ -22,7 +22,7 @@ from laminar_cluster.assignment.digest import AssignmentDrainId
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import LaminarError, StoreUnavailable
+from laminar_cluster.errors import LaminarError
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition, ProcessLeaseFence
@@ -53,21 +53,6 @@ def cut_name(cut: RecoveryCapsuleRef | InitialState | None) -> str:
         return "the initial state"
     assert isinstance(cut, RecoveryCapsuleRef)
     return f"checkpoint epoch {cut.epoch}"
-
-
-class RebalanceError(LaminarError):
-    """A rebalance step could not complete; the controller retries after `retry_delay`.
-    The message is the spec's wording (§9 "Logging"): tests and operators match on it."""
-
-
-class AssignmentNamesEarlierBoot(RebalanceError):
-    """The assignment gives this node's vnodes to an earlier boot of it: after a restart this
-    is routine, and the leader's recovery assignment follows (§4.14)."""
-
-
-class ShuffleNotReady(StoreUnavailable):
-    """Adoption must wait: the local graph still consumes a staged transition under the
-    predecessor certificate (§4.11 B). Retry on the next tick."""
 
 
 class SourceDrainOutcome(enum.Enum):
@@ -111,8 +96,8 @@ class CheckpointResult:
     success: bool
     epoch: int = 0
     checkpoint_id: int = 0
-    error: str | None = None
-    continuation_error: str | None = None
+    error: LaminarError | None = None  # why it failed, of the kind that says what to do next
+    continuation_error: LaminarError | None = None
 
 
 class RebalanceEngine(Protocol):
@@ -180,7 +165,9 @@ class RebalanceEngine(Protocol):
     # -- adoption ----------------------------------------------------------------------------
     async def adopt_assignment(self, snapshot: AssignmentSnapshot, *, deadline: float) -> Adoption:
         """Run the committed `snapshot` (never a draining one). Idempotent for versions at or
-        below the registry's. Raises `ShuffleNotReady` when it must wait."""
+        below the registry's. Raises Refused (reason `Refusal.SHUFFLE_NOT_READY`) when it must
+        wait: the local graph still consumes a staged transition under the predecessor
+        certificate (§4.11 B); the watcher keeps the predecessor and retries next tick."""
         ...
 
     async def adopt_recovery_assignment(
@@ -253,7 +240,8 @@ class MembersWatch(Protocol):
     def current(self) -> tuple[NodeInfo, ...]: ...
 
     async def changed(self, since: int) -> int:
-        """Return the first version > `since`; raises `RebalanceError` when closed."""
+        """Return the first version > `since`; Refused (reason
+        `Refusal.MEMBERS_WATCH_CLOSED`) once the watch is closed."""
         ...
 
 
@@ -274,7 +262,8 @@ class ClusterController(Protocol):
     async def recovery_participant_incarnations(
         self, ids: Sequence[int], *, deadline: float
     ) -> tuple[FenceParticipant, ...]:
-        """The current boot of every id; raises `RebalanceError` naming any id without one."""
+        """The current boot of every id; Refused (reason `Refusal.NO_LIVE_INCARNATION`)
+        naming any id without one."""
         ...
 
     async def available_recovery_participant_incarnations(
@@ -292,8 +281,8 @@ class ClusterController(Protocol):
     async def fence_process_incarnation(
         self, participant: FenceParticipant, *, deadline: float
     ) -> ProcessLeaseFence:
-        """Take over `participant`'s process lease; raises `RebalanceError` containing
-        "renewed" when it is still renewing."""
+        """Take over `participant`'s process lease; Refused with reason
+        `Refusal.PROCESS_RENEWED` when it is still renewing."""
         ...
 
     def process_fencing_deadline(self, timeout_s: float) -> float: ...

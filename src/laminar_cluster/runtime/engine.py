@@ -1,24 +1,25 @@
 """`StreamEngine`: the reference engine. A `RebalanceEngine` (it extends `BaseEngine`, whose
 control rules it keeps unchanged) and the coordinator's `CheckpointHost` (issue 7; spec_rebalance
-§6.2; upstream_context §1.7, §1.9, §3.2-§3.5; docs/protocols/distributed-checkpoint.md).
+§6.2; DC §1.7, DC §1.9, DC §3.2-§3.5; docs/protocols/distributed-checkpoint.md).
 
 Processing (`run`, engine_loop.py): while intake is open (source gate open, RUNNING with an
-ACTIVE installed fence, no cut held) it reads its active vnodes' partitions round-robin and
-feeds the `Processor`. A batch is applied synchronously, only if intake is still open and the
-partition still stands at the offset it was read from: every gate, cut, drain and adoption
-falls on a batch boundary, and a read overtaken by one is discarded (reads have no effects).
+ACTIVE installed fence; a held cut does not close it) it reads its active vnodes' partitions
+round-robin and feeds the `Processor`. A batch is applied synchronously, only if intake is still
+open and the partition still stands at the offset it was read from: every gate, cut, drain and
+adoption falls on a batch boundary, and a read overtaken by one is discarded (reads have no
+effects).
 
 Ownership: on adoption, vnodes no longer owned are dropped; newly owned ones are *restoring*
 until the run loop restores them through the `Restorer` (restoring.py): a handoff from the latest
 committed cluster checkpoint, a recovery generation (every owned vnode, cold) from its recovery
 checkpoint. Restoring vnodes neither process nor emit, `local_vnode_state_is_ready` is False
-while any restores, and a cut waits for them (common7 "Restore").
+while any restores, and a cut waits for them (DC §3.4).
 
-Source drains (§3.5): `prepare_local_source_drain` pauses the vnodes leaving this boot
+Source drains (DC §3.5): `prepare_local_source_drain` pauses the vnodes leaving this boot
 (`revoking_vnodes`); Abort resumes them; after Commit they stay paused until the adoption of
 the target drops them.
 
-Checkpoints (exactly-once at depth 1, §1.7): `cut` captures, at one batch boundary, every owned
+Checkpoints (exactly-once at depth 1, DC §1.7): `cut` captures, at one batch boundary, every owned
 vnode's state and offsets plus the output since the last committed checkpoint (a synchronous
 freeze, `Processor.capture`), encodes it in a worker thread and holds it until `resolve`; no
 second cut is taken before then. Processing does not pause: events after the cut are part of

@@ -1,4 +1,4 @@
-"""The replayable partitioned event log in the object store (upstream_context §3.1, §3.7).
+"""The replayable partitioned event log in the object store (DC §3.1, DC §3.7).
 
 Partition p belongs to vnode p % 256 (`partitions_of_vnode`). Each partition is a sequence of
 create-only, contiguous `EventBatch` objects (`eventlog_batches`); an event's offset is its

@@ -1,5 +1,5 @@
 """Objects of the event log: batch paths, the `EventBatch` record and the layout record
-(upstream_context §3.1, §3.7: a Kafka-like partitioned log, partition p read by the owner of
+(DC §3.1, DC §3.7: a Kafka-like partitioned log, partition p read by the owner of
 vnode p % 256).
 
 | path | record | write mode | writer |

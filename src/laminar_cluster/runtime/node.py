@@ -1,5 +1,5 @@
 """`StreamNode`: a node process with the data plane on (issue 7 "A node process"; spec_rebalance
-§1, §4.2, §4.17; upstream_context §1.7, §1.9, §3; docs/protocols/distributed-checkpoint.md).
+§1, §4.2, §4.17; DC §1.7, DC §1.9, DC §3; docs/protocols/distributed-checkpoint.md).
 
 It is a `rebalance.node.rebalance_node.RebalanceNode`
 (process lease, membership, leadership, watcher,
@@ -91,6 +91,8 @@ class StreamMetrics(PlacementSink, Protocol):
 
     def rotated(self) -> None: ...
 
+    def engine_bug(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class StreamNodeConfig:
@@ -179,6 +181,7 @@ class StreamNode:
             extra_tasks=self._tasks,
             store_wrapper=store_wrapper,
             metrics=metrics,
+            restoring=self._restoring,
         )
 
     @property
@@ -196,6 +199,10 @@ class StreamNode:
         self.node.stop()
 
     # -- RebalanceNode hooks -------------------------------------------------------------------
+    def _restoring(self) -> tuple[int, ...]:
+        engine = self.engine
+        return () if engine is None else tuple(engine.table.restoring)
+
     def _engine(
         self, clock: Clock, participant: FenceParticipant, checkpointer: Checkpointer
     ) -> BaseEngine:
@@ -244,6 +251,7 @@ class StreamNode:
             stream.checkpoint_poll_s,
             prepare_timeout_s=stream.prepare_timeout_s,
             decision_timeout_s=stream.decision_timeout_s,
+            on_engine_bug=None if self.metrics is None else self.metrics.engine_bug,
         )
         self.participant = participant
         observer = _Observer(self, engine)

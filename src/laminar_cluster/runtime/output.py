@@ -1,5 +1,5 @@
-"""The committed-output reader and the reference aggregation's sink records (upstream_context
-§1.9, §3.6; docs/protocols/distributed-checkpoint.md).
+"""The committed-output reader and the reference aggregation's sink records (DC §1.9, DC §3.6;
+docs/protocols/distributed-checkpoint.md).
 
 A participant's output for one attempt (`Cut.output`, stored base64 in `SinkOutput.records_b64`
 at `checkpoints/attempt={id:020}/output/node={n:020}.json`) is opaque to the coordinator. The
@@ -162,7 +162,7 @@ def open_output_authority(store: ObjectStore, clock: Clock) -> LeaderLeaseStore:
 async def read_committed_output(
     authority: LeaderLeaseStore, decode_records: DecodeRecords[T], *, deadline: float
 ) -> CommittedOutput[T]:
-    """Every committed output (§1.9: visible only once its attempt's cluster outcome is Commit).
+    """Every committed output (DC §1.9: visible only once its attempt's cluster outcome is Commit).
 
     An output `checkpoints/attempt={id}/output/node={n}.json` is shown only if attempt `id`
     committed (its sink commit marker, or its live cluster Commit), its participant is in the

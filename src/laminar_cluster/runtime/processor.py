@@ -1,5 +1,5 @@
 """`Processor`: the user's processing behind the engine, and `KeyedAggregation`, the reference
-one (issue 7 "engine interface and a reference engine"; upstream_context §3.2, §3.3, §1.9).
+one (issue 7 "engine interface and a reference engine"; DC §3.2, DC §3.3, DC §1.9).
 
 The engine owns sources, ownership and checkpoints; a processor owns only data, split per vnode:
 
@@ -13,7 +13,7 @@ The engine owns sources, ownership and checkpoints; a processor owns only data, 
   engine runs it in a worker thread while `process` goes on.
 * `commit_output(vnode)`: the in-flight output is history (the attempt committed); events
   processed after the cut stay pending. `abort_output(vnode)`: it stays pending, so the next
-  capture emits it again, merged with what came after (common7 "Output semantics").
+  capture emits it again, merged with what came after (DC §1.9).
 * `drop(vnode)`: forget a vnode that left this process (or before a cold restore).
 
 Every method except the encoder is synchronous and never blocks: the engine calls them between

@@ -1,4 +1,4 @@
-"""Where newly owned vnodes restore from (common7 "Restore"; upstream_context §3.4, §1.10).
+"""Where newly owned vnodes restore from (DC §3.4, DC §1.10).
 
 A vnode is restored from the partials of one committed attempt: its state and the next offset
 of each of its partitions. A handoff (a plain adoption acquiring vnodes) restores from the

@@ -1,12 +1,12 @@
 """`VnodeTable`: which vnodes the engine runs and where each of their source partitions stands
-(upstream_context §3.1, §3.2, §3.4, §3.5). Pure bookkeeping: no I/O, no awaits.
+(DC §3.1, DC §3.2, DC §3.4, DC §3.5). Pure bookkeeping: no I/O, no awaits.
 
 * Partition p belongs to vnode `p % vnode_count` (256 in production; the registry's count).
 * An owned vnode is either *active* (each of its partitions has a next offset and is consumed)
   or *restoring* (waiting for its state and offsets from a committed checkpoint; it neither
   processes nor emits). Each restore carries a generation, so a restore that finishes after
   the ownership moved on is discarded.
-* *Paused* vnodes (revoking in a prepared source drain, §3.5) stay active (they are cut and
+* *Paused* vnodes (revoking in a prepared source drain, DC §3.5) stay active (they are cut and
   emit) but are not consumed.
 * The partition count may be learned late (the producer declares it): `set_partitions` adds
   the new partitions of active vnodes at offset 0. Offsets a restored cut names are kept even
@@ -41,7 +41,7 @@ def revoking_vnodes(
     target: CheckpointAssignmentFence,
     target_owners: Sequence[int] | None,
 ) -> frozenset[int] | None:
-    """The owned vnodes a drain to `target` takes from this boot (§3.5): all of them when the
+    """The owned vnodes a drain to `target` takes from this boot (DC §3.5): all of them when the
     target does not certify this boot; None when the target's owner map is unknown or does not
     match `target` (the caller then pauses every owned vnode, which is always safe)."""
     if target.participant_incarnation(me.node_id) != me.boot_incarnation:

@@ -1,6 +1,7 @@
 """The one object-store interface every layer above uses.
 
-Semantics every backend gives (checked by `tests/contract/`):
+Semantics every backend gives (docs/protocols/store-contract.md SC-1 .. SC-9, checked by
+`tests/store/test_contract.py` on every backend):
 
 * `put(key, body, CREATE)` is atomic and exclusive: exactly one of several racing creates
   succeeds; the others raise `ObjectAlreadyExists`.
@@ -16,7 +17,10 @@ Semantics every backend gives (checked by `tests/contract/`):
 
 Errors: `ObjectNotFound`, `ObjectAlreadyExists`, `PreconditionFailed`, `NotSupported` are the
 store's definite answers; `StoreUnavailable` means the request failed and nothing changed as far
-as anyone knows (reads), `WriteOutcomeUnknown` that a write may have been applied.
+as anyone knows (reads), `WriteOutcomeUnknown` that a write may have been applied. A request no
+store could serve (a bad key or prefix, a negative `end` or `limit`, a body that is not bytes, an
+unknown mode, an argument of the wrong type) is `InvalidArgument` on every backend, raised before
+any I/O by the checks below (`check_get`, `check_put`, `check_list`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from typing import Final
+
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.store.keys import validate_key, validate_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +89,10 @@ class IfMatch:
 
     def __post_init__(self) -> None:
         if self.e_tag is None and self.version is None:
-            raise ValueError("IfMatch needs an e_tag or a version")
+            raise InvalidArgument("IfMatch needs an e_tag or a version")
+        for name, value in (("e_tag", self.e_tag), ("version", self.version)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgument(f"IfMatch {name} must be a str, not {type(value).__name__}")
 
 
 PutMode = Create | Overwrite | IfMatch
@@ -127,3 +137,35 @@ class ObjectStore(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; the default has none."""
+
+
+def check_get(key: str, end: int | None) -> None:
+    """A valid key, and `end` None or an int >= 0 (InvalidArgument otherwise)."""
+    validate_key(key)
+    _check_count(f"get {key}: end", end)
+
+
+def check_put(key: str, body: bytes, mode: PutMode) -> None:
+    """A valid key, a bytes-like body and one of the three modes (InvalidArgument otherwise)."""
+    validate_key(key)
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"put {key}: the body must be bytes, not {type(body).__name__}")
+    if not isinstance(mode, Create | Overwrite | IfMatch):
+        raise InvalidArgument(f"put {key}: unknown put mode {mode!r}")
+
+
+def check_list(prefix: str, offset: str | None, limit: int | None) -> None:
+    """A valid prefix, `offset` None or a str, `limit` None or an int >= 0 (InvalidArgument)."""
+    validate_prefix(prefix)
+    if offset is not None and not isinstance(offset, str):
+        raise InvalidArgument(f"list {prefix!r}: offset must be a str, not {type(offset).__name__}")
+    _check_count(f"list {prefix!r}: limit", limit)
+
+
+def _check_count(what: str, value: int | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"{what} is {value}; it must be 0 or more")

@@ -13,7 +13,8 @@ Fault kinds (`FaultKind`):
 
 Random faults come from `FaultConfig` rates; scripted faults (`fail_next`) hit the next
 matching request exactly, for tests of one crash point. The same seed and the same sequence of
-requests give the same faults.
+requests give the same faults. A request no store could serve is InvalidArgument before any
+fault is drawn, as on every backend (`api.check_*`); so is a bad configuration.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from laminar_cluster.clock import Clock, seeded_random
 from laminar_cluster.errors import (
+    InvalidArgument,
     ObjectAlreadyExists,
     PreconditionFailed,
     StoreUnavailable,
@@ -36,7 +38,11 @@ from laminar_cluster.store.api import (
     ObjectStore,
     PutMode,
     PutResult,
+    check_get,
+    check_list,
+    check_put,
 )
+from laminar_cluster.store.keys import validate_key
 
 READ_OPS = frozenset({"get", "head", "list"})
 WRITE_OPS = frozenset({"put", "delete"})
@@ -70,9 +76,9 @@ class FaultConfig:
         ):
             rate = getattr(self, name)
             if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"{name} must be within 0..1, not {rate}")
+                raise InvalidArgument(f"{name} must be within 0..1, not {rate}")
         if not 0.0 <= self.latency_s_min <= self.latency_s_max:
-            raise ValueError("latency bounds must satisfy 0 <= min <= max")
+            raise InvalidArgument("latency bounds must satisfy 0 <= min <= max")
 
 
 @dataclass
@@ -109,32 +115,37 @@ class FaultyStore(ObjectStore):
     def fail_next(self, kind: FaultKind, *, op: str = "put", key_prefix: str = "") -> None:
         """Inject `kind` into the next `op` request whose key starts with `key_prefix`."""
         if op not in READ_OPS | WRITE_OPS:
-            raise ValueError(f"unknown store operation {op!r}")
+            raise InvalidArgument(f"unknown store operation {op!r}")
         if kind is not FaultKind.BEFORE and op not in WRITE_OPS:
-            raise ValueError(f"{kind.value} faults apply to writes, not {op}")
+            raise InvalidArgument(f"{kind.value} faults apply to writes, not {op}")
         self._scripted.append(_Scripted(kind, op, key_prefix))
 
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        check_get(key, end)
         await self._before("get", key)
         return await self.inner.get(key, end=end)
 
     async def head(self, key: str) -> ObjectMeta:
+        validate_key(key)
         await self._before("head", key)
         return await self.inner.head(key)
 
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:
+        check_list(prefix, offset, limit)
         await self._before("list", prefix)
         return await self.inner.list(prefix, offset=offset, limit=limit)
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        check_put(key, body, mode)
         kind = await self._before("put", key, mode=mode)
         result = await self.inner.put(key, body, mode)
         self._after(kind, "put", key, mode)
         return result
 
     async def delete(self, key: str) -> None:
+        validate_key(key)
         kind = await self._before("delete", key)
         await self.inner.delete(key)
         self._after(kind, "delete", key, None)

@@ -49,8 +49,11 @@ from laminar_cluster.store.api import (
     Overwrite,
     PutMode,
     PutResult,
+    check_get,
+    check_list,
+    check_put,
 )
-from laminar_cluster.store.keys import validate_key, validate_prefix
+from laminar_cluster.store.keys import validate_key
 
 MAGIC: Final = b"LCF1"
 GENERATION_HEX_CHARS: Final = 32
@@ -81,9 +84,8 @@ class FileStore(ObjectStore):
         return "file://" + urllib.parse.quote(self._root)  # round-trips through open_store
 
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        check_get(key, end)
         path = self._object_path(key)
-        if end is not None and end < 0:
-            raise InvalidArgument(f"{key}: end is {end}; it must be 0 or more")
         return await asyncio.to_thread(self._read_sync, key, path, end)
 
     async def head(self, key: str) -> ObjectMeta:
@@ -91,19 +93,16 @@ class FileStore(ObjectStore):
         return (await asyncio.to_thread(self._read_sync, key, path, 0)).meta
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        check_put(key, body, mode)
         path = self._object_path(key)
         if isinstance(mode, Create):
             return await asyncio.to_thread(self._create_sync, key, path, body)
-        if isinstance(mode, Overwrite | IfMatch):
-            return await asyncio.to_thread(self._replace_sync, key, path, body, mode)
-        raise InvalidArgument(f"{key}: unknown put mode {mode!r}")
+        return await asyncio.to_thread(self._replace_sync, key, path, body, mode)
 
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:
-        validate_prefix(prefix)  # FS-11
-        if limit is not None and limit < 0:
-            raise InvalidArgument(f"list {prefix!r}: limit is {limit}; it must be 0 or more")
+        check_list(prefix, offset, limit)  # FS-11
         return await asyncio.to_thread(self._list_sync, prefix, offset, limit)
 
     async def delete(self, key: str) -> None:

@@ -46,14 +46,16 @@ from laminar_cluster.errors import (
 from laminar_cluster.store.api import (
     Create,
     GetResult,
-    IfMatch,
     ObjectMeta,
     ObjectStore,
     Overwrite,
     PutMode,
     PutResult,
+    check_get,
+    check_list,
+    check_put,
 )
-from laminar_cluster.store.keys import validate_key, validate_prefix
+from laminar_cluster.store.keys import validate_key
 
 T = TypeVar("T")
 
@@ -81,9 +83,7 @@ class ObstoreStore(ObjectStore):
         return self._url
 
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
-        validate_key(key)
-        if end is not None and end < 0:
-            raise ValueError(f"get {key}: end must be >= 0, not {end}")
+        check_get(key, end)
         if end == 0:
             return GetResult(meta=await self.head(key), body=b"")
         options: Any = {} if end is None else {"range": (0, end)}
@@ -105,20 +105,18 @@ class ObstoreStore(ObjectStore):
         return _meta(await _read(key, lambda: obstore.head_async(self._inner, key)))
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
-        validate_key(key)
+        check_put(key, body, mode)
         obstore_mode: Any
         if isinstance(mode, Create):
             obstore_mode = "create"
         elif isinstance(mode, Overwrite):
             obstore_mode = "overwrite"
-        elif isinstance(mode, IfMatch):
+        else:
             obstore_mode = {
                 name: value
                 for name, value in (("e_tag", mode.e_tag), ("version", mode.version))
                 if value is not None
             }
-        else:
-            raise TypeError(f"unknown put mode {mode!r}")
         try:
             result = await obstore.put_async(
                 self._inner, key, bytes(body), mode=obstore_mode, use_multipart=False
@@ -130,9 +128,9 @@ class ObstoreStore(ObjectStore):
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:
-        validate_prefix(prefix)
-        if limit is not None and limit < 1:
-            raise ValueError(f"list {prefix!r}: limit must be >= 1, not {limit}")
+        check_list(prefix, offset, limit)
+        if limit == 0:
+            return []
         # obstore lists by whole segments; list the deepest complete directory and filter.
         directory = prefix[: prefix.rfind("/") + 1] if "/" in prefix else ""
         start = max(offset, prefix) if offset is not None else None

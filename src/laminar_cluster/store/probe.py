@@ -1,4 +1,4 @@
-"""The store contract probe (spec_leader_lease §4.2, `verify_store_contract`).
+"""The store contract probe (SC §4.2, `verify_store_contract`).
 
 The leader authority must refuse to run on a store that lacks atomic create, native
 compare-and-swap or read-after-delete: such a store would let two leaders fork the log. The probe

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import vnodes_per_node
 from laminar_cluster.assignment.snapshot_io import inventory, load_effective
 from laminar_cluster.authority.outcome_audit import read_linked_outcome
@@ -41,7 +42,7 @@ from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
-from laminar_cluster.membership.discovery import Discovery, ObservedState
+from laminar_cluster.membership.discovery import Discovery, Member, ObservedState
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.lease import leader_liveness, view_lease
 from laminar_cluster.views.members import view_members
@@ -148,11 +149,16 @@ class StatusReader:
         self.clock = clock
         self.discovery = Discovery(self.store, clock)
         self.event_log = None if event_log is None else event_log(self.store)
+        # What the last `read` found, for views built on top (views.console_feed).
+        self.last_head: LeaderAuthorityRecord | None = None
+        self.last_snapshot: AssignmentSnapshot | None = None
+        self.last_members: tuple[Member, ...] = ()
 
     async def read(self, *, timeout_s: float) -> StatusView:
         """Every section, each within its own `timeout_s`."""
         view = StatusView(store=self.store.url, observed_at_ms=self.clock.wall_ms())
         head = await self._guarded(view, "leader", timeout_s, lambda _: self._leader(view))
+        self.last_head, self.last_snapshot = head, None
         await self._guarded(view, "members", timeout_s, lambda d: self._members(view, d))
         await self._guarded(view, "assignment", timeout_s, lambda _: self._assignment(view))
         capsule = None
@@ -217,6 +223,7 @@ class StatusReader:
             for p in members.problems
         )
         polled = await self.discovery.poll(deadline=deadline)
+        self.last_members = polled.members
         observed = {member.node: member for member in polled.members}
         for row in members.members:
             member = observed.get(row["node"])
@@ -237,6 +244,7 @@ class StatusReader:
         snapshot = await load_effective(self.store, head)
         if snapshot is None:
             raise CorruptRecord(f"assignment version {head} is listed but absent")
+        self.last_snapshot = snapshot
         transition = snapshot.drain_transition if snapshot.draining else None
         view.assignment = {
             "head_version": head,
@@ -278,6 +286,19 @@ class StatusReader:
         )
         if capsule is not None:
             view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
+        return capsule
+
+    async def capsule_of(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
+        """The recovery capsule of a Commit, its references checked (`views.references`);
+        CorruptRecord naming the first wrong object otherwise."""
+        check = await ReferenceCheck.open(self.store, self.clock)
+        where = f"cluster Commit epoch {outcome.epoch}"
+        capsule = await check.outcome(outcome, where)
+        if capsule is None:
+            first = check.problems[0] if check.problems else None
+            key = None if first is None else first.object
+            error = f"{where}: no recovery capsule" if first is None else first.error
+            raise CorruptRecord(f"{key}: {error}" if key else error, key=key)
         return capsule
 
     async def _lag(

@@ -13,15 +13,16 @@ import pytest
 from laminar_cluster.assignment.digest import fence_from_owner_map, owner_map_digest
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.codec import digest32
-from laminar_cluster.errors import StoreUnavailable
+from laminar_cluster.errors import Refused, StoreUnavailable
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.audit.owner_certificate import (
     assignment_vnode_state_is_ready,
     certify_owner_map,
     read_owner_certificate,
 )
-from laminar_cluster.rebalance.interfaces import RebalanceError, RegistrySnapshot
+from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.refusals import Refusal
 
 replace = msgspec.structs.replace
 OWNERS = (1, 2, 1)
@@ -111,7 +112,10 @@ class FakeReports:
         found = tuple(p for p in self.current if p.node_id in ids)
         missing = set(ids) - {p.node_id for p in found}
         if missing:
-            raise RebalanceError(f"no live process incarnation for {sorted(missing)}")
+            raise Refused(
+                f"no live process incarnation for {sorted(missing)}",
+                reason=Refusal.NO_LIVE_INCARNATION,
+            )
         return found
 
     async def read_adopted_assignments(

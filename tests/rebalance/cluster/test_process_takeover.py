@@ -12,14 +12,16 @@ import asyncio
 import pytest
 
 from laminar_cluster.clock import SimulatedClock
+from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem
 from laminar_cluster.membership import NodeState, read_node_record
 from laminar_cluster.membership.records import NODE_TAKEOVERS_MAX
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import ObjectStore
 from tests.rebalance.cluster_support import PROCESS_TTL_S, Cluster, ClusterNode
+from tests.rebalance.refusal_support import raises_because
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "file"])
 
@@ -134,18 +136,18 @@ def test_past_the_recorded_takeovers_only_an_observed_immediate_takeover_counts(
         stored = await read_node_record(store, 2)
         assert stored is not None and len(stored.record.takeovers) == NODE_TAKEOVERS_MAX
         assert first.boot not in {f.predecessor.owner for f in stored.record.takeovers}
-        with pytest.raises(RebalanceError, match="not by an immediate takeover"):
+        with raises_because(Refused, Refusal.TAKEOVER_NOT_IMMEDIATE):
             await controller.fence_process_incarnation(
                 first.participant, deadline=cluster.deadline()
             )
         # A restarted process observed nothing of it: refused as never observed.
         _, leader = await _restart_renewed(cluster, 1)
-        with pytest.raises(RebalanceError, match="never observed"):
+        with raises_because(Refused, Refusal.TAKEOVER_NEVER_OBSERVED):
             await leader.controller.fence_process_incarnation(
                 first.participant, deadline=cluster.deadline()
             )
         stranger = FenceParticipant(node_id=2, boot_incarnation=leader.boot)
-        with pytest.raises(RebalanceError, match="never observed"):
+        with raises_because(Refused, Refusal.TAKEOVER_NEVER_OBSERVED):
             await controller.fence_process_incarnation(stranger, deadline=cluster.deadline())
 
     asyncio.run(main())

@@ -12,7 +12,7 @@ import pytest
 from laminar_cluster.assignment.digest import fence_from_owner_map, owner_map_digest
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, StoreUnavailable
+from laminar_cluster.errors import CorruptRecord, Fenced, InvalidArgument, StoreUnavailable
 from laminar_cluster.fencing import FenceParticipant, LeaderOwner, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.slots import (
@@ -24,10 +24,11 @@ from laminar_cluster.rebalance.cluster.slots import (
     read_drain_acks,
     write_process_slot,
 )
-from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption, DrainAck
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import OVERWRITE, ObjectStore, PutMode, PutResult
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
+from tests.rebalance.refusal_support import raises_because
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "file"])
 replace = msgspec.structs.replace
@@ -136,8 +137,27 @@ def test_a_read_back_mismatch_is_an_error(store: ObjectStore) -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=1)
         clobbering = ClobberingStore(store, clock=clock, seed=1)
-        with pytest.raises(RebalanceError, match="another process of node 1"):
+        with raises_because(Fenced, Refusal.SLOT_WRITTEN_BY_ANOTHER_PROCESS):
             await write_process_slot(clobbering, clock, adoption(1), deadline=FAR)
+
+    asyncio.run(main())
+
+
+class VanishingStore(FaultyStore):
+    """Each put is lost: the object is gone when it is read back."""
+
+    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        result = await self.inner.put(key, body, mode)
+        await self.inner.delete(key)
+        return result
+
+
+def test_a_write_that_did_not_land_is_retryable(store: ObjectStore) -> None:
+    async def main() -> None:
+        clock = SimulatedClock(seed=1)
+        vanishing = VanishingStore(store, clock=clock, seed=1)
+        with pytest.raises(StoreUnavailable):
+            await write_process_slot(vanishing, clock, adoption(1), deadline=FAR)
 
     asyncio.run(main())
 

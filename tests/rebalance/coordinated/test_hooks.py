@@ -19,6 +19,7 @@ from laminar_cluster.authority.assignment_decisions import (
     new_drain_decision,
     record_assignment_drain_decision,
 )
+from laminar_cluster.errors import CorruptRecord, Refused, StoreUnavailable
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.rebalance.coordinated import stopped as stopped_recovery
 from laminar_cluster.rebalance.coordinated.hooks import (
@@ -27,12 +28,13 @@ from laminar_cluster.rebalance.coordinated.hooks import (
 )
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
 from laminar_cluster.rebalance.engine.base import BaseEngine, ShuffleState
-from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.loop import rebalance_attempt
 from laminar_cluster.rebalance.node.selection import (
     startup_committed_assignment,
     wait_until_drained,
 )
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import open_store
@@ -45,6 +47,7 @@ from tests.rebalance.hooks_support import (
     listing,
     with_watchers,
 )
+from tests.rebalance.refusal_support import raises_because
 
 OWNERS = (1, 2, 1, 2)
 
@@ -80,7 +83,7 @@ def test_t65_stopped_recovery_aborts_draining_head() -> None:
         scenario = await build((1, 2), OWNERS)
         draining = await scenario.drain((1, 1, 1, 1))
         v1_fence = snapshot_fence(scenario.v1)
-        with pytest.raises(RebalanceError, match="exact fenced Created recovery generation"):
+        with raises_because(Refused, Refusal.NOT_STOPPED):
             await settle_stopped_source_drain_after_recovery_quorum(scenario.ctx(1), v1_fence)
         stop_locally(scenario, 1)
         assert (
@@ -141,7 +144,7 @@ def test_t66_stopped_recovery_idempotent_after_commit_with_intact_pin() -> None:
         scenario.engine(1).leave_stopped_recovery()
         await scenario.checkpoint(snapshot_fence(target))
         scenario.engine(1).enter_stopped_recovery()
-        with pytest.raises(RebalanceError, match="active handoff checkpoint pin"):
+        with raises_because(Refused, Refusal.HANDOFF_PIN_LOST):
             await settle_stopped_source_drain_after_recovery_quorum(scenario.ctx(1), v1_fence)
 
     asyncio.run(main())
@@ -155,10 +158,10 @@ def test_stopped_recovery_settles_nothing_at_the_predecessor_and_refuses_other_r
         assert await settle_stopped_source_drain_after_recovery_quorum(ctx, v1_fence) is None
         await scenario.drain((1, 1, 1, 1))
         other = msgspec.structs.replace(v1_fence, assignment_version=3)
-        with pytest.raises(RebalanceError, match="does not bind the stopped recovery predecessor"):
+        with raises_because(Refused, Refusal.NOT_STOPPED_PREDECESSOR):
             await settle_stopped_source_drain_after_recovery_quorum(ctx, other)
         assert await settle_stopped_source_drain_after_recovery_quorum(ctx, v1_fence) == 2
-        with pytest.raises(RebalanceError, match="superseded"):
+        with raises_because(Refused, Refusal.PREDECESSOR_SUPERSEDED):
             await settle_stopped_source_drain_after_recovery_quorum(
                 ctx, msgspec.structs.replace(v1_fence, assignment_version=5)
             )
@@ -182,7 +185,7 @@ def test_t67_stopped_recovery_yields_to_commit() -> None:
         )
         assert isinstance(recorded, DecisionCreated)
         stop_locally(scenario, 1)
-        with pytest.raises(RebalanceError, match="cannot materialize the Commit authority winner"):
+        with raises_because(Refused, Refusal.COMMIT_WINNER):
             await settle_stopped_source_drain_after_recovery_quorum(
                 scenario.ctx(1), transition.predecessor
             )
@@ -198,7 +201,7 @@ def test_t68_live_retry_yields_to_recovery() -> None:
         engine = scenario.engine(1)
         v1_fence = snapshot_fence(scenario.v1)
         scenario.cluster.controller(1).set_recovering(True)
-        with pytest.raises(RebalanceError, match="yielded to coordinated recovery authority"):
+        with raises_because(Refused, Refusal.YIELDED_TO_RECOVERY):
             await try_rebalance(scenario.ctx(1), [1, 2])
         assert await assignment_drain_decision(scenario.cluster.node(1).authority, 2) is None
         head = await scenario.cluster.snapshots.load()
@@ -220,12 +223,13 @@ class ReplacementSourceEngine(BaseEngine):
     exited before it committed the drain verdict, as a real connector can report."""
 
     replacement_exited = False
+    exited = StoreUnavailable("replacement source task exited before committing drain")
 
     async def resolve_local_source_drain(
         self, drain: AssignmentDrainId, outcome: SourceDrainOutcome, *, deadline: float
     ) -> None:
         if self.replacement_exited:
-            raise RebalanceError("replacement source task exited before committing drain")
+            raise self.exited
         await super().resolve_local_source_drain(drain, outcome, deadline=deadline)
 
 
@@ -241,7 +245,7 @@ def test_t69_release_reapplies_terminal() -> None:
         ctx.controller.publish_checkpoint_drain_transition(transition)  # node 2 had acked
         stop_locally(scenario, 2)
         deadline = ctx.head_deadline()
-        with pytest.raises(RebalanceError, match="changed"):
+        with raises_because(Refused, Refusal.HEAD_MOVED):
             await settle_source_drain_before_recovery_release(
                 ctx, snapshot_fence(scenario.v1), deadline=deadline
             )
@@ -255,8 +259,9 @@ def test_t69_release_reapplies_terminal() -> None:
         assert engine.call_count("resolve_local_source_drain") == 2
         engine.replacement_exited = True
         ctx.controller.publish_checkpoint_drain_transition(transition)
-        with pytest.raises(RebalanceError, match="exited before committing drain"):
+        with pytest.raises(StoreUnavailable) as exited:
             await settle_source_drain_before_recovery_release(ctx, fence, deadline=deadline)
+        assert exited.value is engine.exited  # the engine's own error, unwrapped
         assert ctx.controller.checkpoint_drain_transition() == transition  # Release stays blocked
 
     asyncio.run(main())
@@ -270,10 +275,10 @@ def test_release_refuses_a_draining_head_and_open_intake() -> None:
         fence = snapshot_fence(scenario.v1)
         deadline = ctx.head_deadline()
         ctx.controller.set_recovering(True)
-        with pytest.raises(RebalanceError, match="requires closed intake"):
+        with raises_because(Refused, Refusal.INTAKE_OPEN):
             await settle_source_drain_before_recovery_release(ctx, fence, deadline=deadline)
         scenario.engine(2).enter_stopped_recovery()
-        with pytest.raises(RebalanceError, match="Release reached unresolved draining assignment"):
+        with raises_because(Refused, Refusal.RELEASE_ON_DRAINING_HEAD):
             await settle_source_drain_before_recovery_release(ctx, fence, deadline=deadline)
 
     asyncio.run(main())
@@ -305,7 +310,7 @@ def test_t71_startup_refuses_a_forged_transition() -> None:
         )
         result = await scenario.cluster.snapshots.save_if_version(forged, 1)
         assert isinstance(result, Rotated)
-        with pytest.raises(RebalanceError, match="does not bind retained predecessor"):
+        with raises_because(CorruptRecord, Refusal.RETAINED_PREDECESSOR_NOT_BOUND):
             await startup_committed_assignment(scenario.ctx(1), forged)
 
     asyncio.run(main())
@@ -393,12 +398,12 @@ def test_stopped_recovery_round_after_an_ack_timeout_recovers_the_dead_owner() -
         controller = cluster.controller(1)
         await scenario.checkpoint(snapshot_fence(scenario.v1))  # the cut recovery restores
         # Node 2 never acks: the rotation keeps the draining head and asks for recovery.
-        with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+        with raises_because(Refused, Refusal.ACK_QUORUM_MISSED):
             await drive(scenario.clock, try_rebalance(ctx, [1, 2, 3]))
         draining = await cluster.snapshots.load()
         assert draining is not None and draining.draining and controller.is_recovering()
         # Live retries yield to the recovery authority.
-        with pytest.raises(RebalanceError, match="yielded to coordinated recovery authority"):
+        with raises_because(Refused, Refusal.YIELDED_TO_RECOVERY):
             await try_rebalance(ctx, [1, 2, 3])
         # Node 2 still renews its process lease: the stop quorum waits for it.
         assert await run_stopped_recovery_round(ctx) is None
@@ -448,7 +453,7 @@ def test_stopped_recovery_round_releases_a_drain_settled_before_it(
         cluster, ctx = scenario.cluster, scenario.ctx(1)
         controller = cluster.controller(1)
         await scenario.checkpoint(snapshot_fence(scenario.v1))
-        with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+        with raises_because(Refused, Refusal.ACK_QUORUM_MISSED):
             await drive(scenario.clock, try_rebalance(ctx, [1, 2, 3]))
         draining = await cluster.snapshots.load()
         assert draining is not None and draining.drain_transition is not None
@@ -456,15 +461,18 @@ def test_stopped_recovery_round_releases_a_drain_settled_before_it(
         cluster.stop(2)
         await cluster.advance(cluster.process_ttl_s * 2.5)
 
+        injected = StoreUnavailable("injected: release failed after the terminal was durable")
+
         async def release_fails(*args: object, **kwargs: object) -> None:
-            raise RebalanceError("injected: release failed after the terminal was durable")
+            raise injected
 
         with monkeypatch.context() as patched:
             patched.setattr(
                 stopped_recovery, "settle_source_drain_before_recovery_release", release_fails
             )
-            with pytest.raises(RebalanceError, match="injected"):
+            with pytest.raises(StoreUnavailable) as failed:
                 await run_stopped_recovery_round(ctx)
+            assert failed.value is injected
         terminal = await cluster.snapshots.load()
         assert terminal is not None and not terminal.draining and terminal.assignment_version == 2
         assert controller.is_recovering()
@@ -494,7 +502,7 @@ def test_deposed_leader_left_recovering_follows_and_releases_when_it_leads_again
         scenario = await build((1, 2, 3), OWNERS)
         cluster, controller = scenario.cluster, scenario.cluster.controller(1)
         await scenario.checkpoint(snapshot_fence(scenario.v1))
-        with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+        with raises_because(Refused, Refusal.ACK_QUORUM_MISSED):
             await drive(scenario.clock, try_rebalance(scenario.ctx(1), [1, 2, 3]))
         assert controller.is_recovering() and controller.stopped_recovery_request() is not None
 

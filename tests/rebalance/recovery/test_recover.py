@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from laminar_cluster.assignment.model import next_draining, next_for_participants, snapshot_fence
-from laminar_cluster.assignment.paths import materialization_path
+from laminar_cluster.assignment.paths import materialization_path, snapshot_path
 from laminar_cluster.assignment.snapshot import Rotated
 from laminar_cluster.authority.assignment_decisions import (
     assignment_drain_decision,
@@ -30,7 +30,7 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
 )
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.errors import ObjectNotFound
+from laminar_cluster.errors import CorruptRecord, ObjectNotFound, Refused
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import validate_portable_recovery_cut
@@ -40,15 +40,17 @@ from laminar_cluster.rebalance.engine.handoff_checkpoint import (
     LeaderCheckpointer,
     capsule_participants,
 )
-from laminar_cluster.rebalance.interfaces import INITIAL_STATE, EngineState, RebalanceError
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, EngineState
 from laminar_cluster.rebalance.recovery.inflight import attempt_capsules
 from laminar_cluster.rebalance.recovery.recover import (
     abort_predecessor_checkpoint_for_recovery,
     authorize_recovery_successor,
 )
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.planner import predecessor_cut_unavailability, try_rebalance
 from laminar_cluster.store import ObjectStore
 from tests.rebalance.recovery_support import RecoveryCluster, run
+from tests.rebalance.refusal_support import raises_because
 
 
 async def _exists(store: ObjectStore, key: str) -> bool:
@@ -180,12 +182,8 @@ def test_t49_renewing_predecessor_blocks_recovery() -> None:
         leader = rc.proc(1)
         leader.controller.note_unresponsive(2)  # quarantined, but still renewing its lease
 
-        try:
+        with raises_because(Refused, Refusal.PROCESS_RENEWED):
             await try_rebalance(leader.ctx, [1, 2])
-        except RebalanceError as error:
-            assert "renewed" in str(error)
-        else:
-            raise AssertionError("recovery fenced a renewing predecessor")
         assert (await rc.head()).assignment_version == 1
         assert await assignment_recovery_decision(leader.node.authority, 2) is None
         assert not await _exists(store, materialization_path(2))
@@ -442,18 +440,12 @@ def test_recovery_audit_rejects_a_bare_successor() -> None:
         leader = rc.proc(1)
         bare = next_for_participants(v1, [1, 1], [leader.me], now_ms=clock.wall_ms())
         assert isinstance(await rc.cluster.snapshots.save_if_version(bare, 1), Rotated)
-        try:
+        with raises_because(CorruptRecord, Refusal.NO_AUTHORITY_DECISION) as audited:
             await audit_snapshot_authority_outcome(leader.ctx, bare, deadline=rc.deadline())
-        except RebalanceError as error:
-            assert "no drain transition or recovery authority decision" in str(error)
-        else:
-            raise AssertionError("a bare successor passed its authority audit")
-        try:
+        assert audited.value.key == snapshot_path(2)
+        with raises_because(CorruptRecord, Refusal.NO_AUTHORITY_DECISION) as attempted:
             await try_rebalance(leader.ctx, [1])
-        except RebalanceError as error:
-            assert "no drain transition or recovery authority decision" in str(error)
-        else:
-            raise AssertionError("try_rebalance trusted a bare successor")
+        assert attempted.value.key == snapshot_path(2)
 
     run(body)
 
@@ -492,7 +484,8 @@ def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> Non
             owners_of=lambda fence: v1.owners,
         )
         late = await stale(snapshot_fence(v1), None, deadline=rc.deadline())
-        assert not late.success and "assignment handoff pin" in (late.error or "")
+        # Refused by the pin on v2 (Refused: the authority, `authority.cluster_outcomes`).
+        assert not late.success and isinstance(late.error, Refused)
         assert await highest_cluster_committed_outcome(authority) is None
         # A checkpoint under v2 commits and consumes the pin.
         cut = await rc.checkpoint(1)
@@ -519,27 +512,37 @@ def test_portable_cut_validation() -> None:
         assert validate_portable_recovery_cut(outcome, index, cut, later) == fence
         earlier_map = msgspec.structs.replace(fence, assignment_digest=bytes(range(1, 33)))
         rejected = [
-            (msgspec.structs.replace(index, portable=False), cut, fence, "not reassignment"),
-            (index, msgspec.structs.replace(cut, sha256="0" * 64), fence, "another checkpoint"),
-            (index, cut, earlier_map, "same version"),
-            (index, cut, msgspec.structs.replace(fence, vnode_count=4), "vnode counts"),
+            (
+                msgspec.structs.replace(index, portable=False),
+                cut,
+                fence,
+                Refused,
+                Refusal.CUT_NOT_PORTABLE,
+            ),
+            (
+                index,
+                msgspec.structs.replace(cut, sha256="0" * 64),
+                fence,
+                CorruptRecord,
+                Refusal.CUT_OTHER_INDEX,
+            ),
+            (index, cut, earlier_map, Refused, Refusal.CUT_ORIGIN_NOT_PREDECESSOR),
+            (
+                index,
+                cut,
+                msgspec.structs.replace(fence, vnode_count=4),
+                Refused,
+                Refusal.CUT_VNODE_COUNTS_DIFFER,
+            ),
         ]
-        for bad_index, ref, predecessor, why in rejected:
-            try:
+        for bad_index, ref, predecessor, kind, why in rejected:
+            with raises_because(kind, why):
                 validate_portable_recovery_cut(outcome, bad_index, ref, predecessor)
-            except RebalanceError as error:
-                assert why in str(error), (why, str(error))
-            else:
-                raise AssertionError(f"accepted a cut that should fail: {why}")
         newer_origin = msgspec.structs.replace(index, assignment_fence=later)
-        try:
+        with raises_because(Refused, Refusal.CUT_ORIGIN_NEWER):
             validate_portable_recovery_cut(
                 msgspec.structs.replace(outcome, assignment_fence=later), newer_origin, cut, fence
             )
-        except RebalanceError as error:
-            assert "origin is newer" in str(error)
-        else:
-            raise AssertionError("accepted a cut taken under a newer assignment")
 
     run(body)
 

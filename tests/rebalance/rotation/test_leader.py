@@ -28,18 +28,21 @@ from laminar_cluster.authority.assignment_decisions import (
 from laminar_cluster.authority.handoff_pins import assignment_handoff_checkpoint
 from laminar_cluster.authority.recovery_faults import recovery_fault_inventory
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.errors import Fenced
+from laminar_cluster.errors import (
+    CorruptRecord,
+    Fenced,
+    LaminarError,
+    Refused,
+    StoreUnavailable,
+)
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.membership import NodeState
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
-from laminar_cluster.rebalance.interfaces import (
-    CheckpointResult,
-    RebalanceError,
-    SourceDrainOutcome,
-)
+from laminar_cluster.rebalance.interfaces import CheckpointResult, SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.graceful import (
     Resolved,
     prepare_and_announce_local_drain,
@@ -48,6 +51,7 @@ from laminar_cluster.rebalance.rotation.graceful import (
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
+from tests.rebalance.refusal_support import raises_because
 from tests.rebalance.scenario import Scenario, synchronous
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "file"])
@@ -215,7 +219,7 @@ async def test_t35_ack_timeout_requests_recovery(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2, 3))
     await scenario.bring_up(owners)
     ctx = scenario.ctx(1)
-    with pytest.raises(RebalanceError, match="drain ack quorum not reached"):
+    with raises_because(Refused, Refusal.ACK_QUORUM_MISSED):
         await drive(scenario, try_rebalance(ctx, [1, 2, 3]))
     head = await scenario.cluster.snapshots.load()
     assert head is not None and head.draining and head.assignment_version == 2
@@ -226,9 +230,9 @@ async def test_t35_ack_timeout_requests_recovery(store: ObjectStore) -> None:
     assert scenario.engines[1].call_count("checkpoint_until") == 0
 
 
-async def _assert_aborted(scenario: Scenario, message: str) -> None:
+async def _assert_aborted(scenario: Scenario, kind: type[LaminarError], reason: Refusal) -> None:
     ctx = scenario.ctx(1)
-    with pytest.raises(RebalanceError, match=message):
+    with raises_because(kind, reason):
         await try_rebalance(ctx, [1, 2])
     snapshots = scenario.cluster.snapshots
     v1 = await snapshots.load_version(1)
@@ -246,6 +250,11 @@ async def _assert_aborted(scenario: Scenario, message: str) -> None:
 
 
 class _Failing:
+    """A checkpointer whose every checkpoint fails with `error`."""
+
+    def __init__(self, error: LaminarError) -> None:
+        self.error = error
+
     async def __call__(
         self,
         fence: CheckpointAssignmentFence,
@@ -253,15 +262,25 @@ class _Failing:
         *,
         deadline: float,
     ) -> CheckpointResult:
-        return CheckpointResult(success=False, error="checkpoint failed: injected")
+        return CheckpointResult(success=False, error=self.error)
 
 
 @synchronous
 async def test_t36_checkpoint_failure_aborts(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2))
-    scenario.add_engine(1, checkpointer=_Failing())
+    scenario.add_engine(1, checkpointer=_Failing(StoreUnavailable("injected")))
     await scenario.bring_up((1, 1, 1, 1))
-    await _assert_aborted(scenario, "checkpoint")
+    await _assert_aborted(scenario, StoreUnavailable, Refusal.HANDOFF_CHECKPOINT_FAILED)
+
+
+@synchronous
+async def test_a_fenced_checkpoint_keeps_its_type_to_the_caller(store: ObjectStore) -> None:
+    """A Fenced in `CheckpointResult.error` reaches the rotation's caller (the controller loop,
+    which stops on it) as a Fenced, after the drain's Abort."""
+    scenario = await Scenario.start(store, _clock(), (1, 2))
+    scenario.add_engine(1, checkpointer=_Failing(Fenced("a newer leader term decided")))
+    await scenario.bring_up((1, 1, 1, 1))
+    await _assert_aborted(scenario, Fenced, Refusal.HANDOFF_CHECKPOINT_FAILED)
 
 
 @synchronous
@@ -287,7 +306,7 @@ async def test_t37_checkpoint_wrong_fence_aborts(store: ObjectStore) -> None:
 
     scenario.add_engine(1, checkpointer=foreign)
     await scenario.bring_up((1, 1, 1, 1))
-    await _assert_aborted(scenario, "does not bind the predecessor cut")
+    await _assert_aborted(scenario, CorruptRecord, Refusal.HANDOFF_NOT_PREDECESSOR_CUT)
 
 
 @synchronous
@@ -420,7 +439,7 @@ async def test_t43_authority_changed_after_ambiguous_cas(store: ObjectStore) -> 
         leadership.set(None)
 
     loser = asyncio.ensure_future(lose_leadership_during_retry())
-    with pytest.raises(RebalanceError, match="yielding to durable drain recovery"):
+    with raises_because(Refused, Refusal.PUBLICATION_AUTHORITY_CHANGED):
         await drive(scenario, try_rebalance(ctx, [1, 2]))
     await loser
     head = await ctx.snapshots.load()
@@ -486,7 +505,7 @@ async def test_t45_wrong_published_fence_errors(store: ObjectStore) -> None:
     wrong = replace(fence, assignment_digest=other_map.assignment_digest)
     controller.publish_checkpoint_assignment_fence(wrong)
     assert controller.certify_owner_map(1) == wrong
-    with pytest.raises(RebalanceError, match="exact assignment-adoption certificate"):
+    with raises_because(Refused, Refusal.NOT_ADOPTION_CERTIFICATE):
         await try_rebalance(scenario.ctx(1), [1, 2])
     assert (await scenario.cluster.snapshots.load()).assignment_version == 1  # type: ignore[union-attr]
 
@@ -500,13 +519,13 @@ async def test_t46_local_head_validation(store: ObjectStore) -> None:
     # A registry ahead of the store (it ran a v2 this store never had).
     ahead = next_for_participants(v1, (1, 1, 1, 1), me, now_ms=0)
     await scenario.engines[1].adopt_assignment(ahead, deadline=scenario.cluster.deadline())
-    with pytest.raises(RebalanceError, match="regressed"):
+    with raises_because(Refused, Refusal.HEAD_REGRESSED):
         await try_rebalance(scenario.ctx(1), [1, 2])
     # The same version with a different owner map.
     scenario.add_engine(1)
     forged = replace(v1, owners=(1, 1, 1, 1), participants=me)
     await scenario.engines[1].adopt_assignment(forged, deadline=scenario.cluster.deadline())
-    with pytest.raises(RebalanceError, match="different owners"):
+    with raises_because(CorruptRecord, Refusal.OWNERS_DIFFER):
         await try_rebalance(scenario.ctx(1), [1, 2])
 
 

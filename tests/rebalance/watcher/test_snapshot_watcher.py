@@ -21,12 +21,14 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.codec import digest32, encode
+from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.cluster.slots import write_process_slot
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import ShuffleState
-from laminar_cluster.rebalance.interfaces import INITIAL_STATE, ShuffleNotReady, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import INITIAL_STATE, SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import OVERWRITE, ObjectStore
@@ -348,7 +350,10 @@ def test_t64_shuffle_not_ready_keeps_predecessor() -> None:
     def hook(snapshot: AssignmentSnapshot) -> None:
         if snapshot.assignment_version == 2 and not_ready["left"] > 0:
             not_ready["left"] -= 1
-            raise ShuffleNotReady("the local graph still consumes the v1 transition")
+            raise Refused(
+                "the local graph still consumes the v1 transition",
+                reason=Refusal.SHUFFLE_NOT_READY,
+            )
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await WatchedCluster.start(

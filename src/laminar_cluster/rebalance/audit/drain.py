@@ -3,16 +3,22 @@
 Every committed version from 2 on must be explained by the leader authority: a drain terminal
 by its drain decision (and its exact committed predecessor), a recovery generation by its
 recovery decision (`recovery_audit`). A draining head is checked against its exact
-predecessor, the live leader term and the absence of a decision. Each failure raises
-`RebalanceError` with the spec's wording (§9), and callers fail closed.
+predecessor, the live leader term and the absence of a decision. Each failure keeps the spec's
+wording (§9), and callers fail closed. Durable objects that contradict each other (a terminal
+without its decision, a decision naming another transition, a terminal not binding its exact
+predecessor, a materialized outcome against the verdict) are CorruptRecord naming the snapshot;
+what may change on a re-read (a pruned predecessor, a moved head, a superseded drain leader, a
+lease not live now) is Refused; the reason says which check (`refusals.Refusal`).
 """
 
 from __future__ import annotations
 
 from laminar_cluster.assignment.model import is_rollback, snapshot_fence, to_vnode_vec
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.assignment_decisions import assignment_drain_decision
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.lease.validate_chains import lease_matches_proof
@@ -21,28 +27,31 @@ from laminar_cluster.rebalance.audit.results import (
     AuditedDrainOutcome,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import (
-    RebalanceError,
-    SourceDrainOutcome,
-)
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 
 
 def finalized_drain_outcome(
     transition: AssignmentDrainTransition, terminal: AssignmentSnapshot
 ) -> SourceDrainOutcome:
-    """Commit when `terminal` is the target, Abort when it is the rollback (§4.8 step 10, S5)."""
+    """Commit when `terminal` is the target, Abort when it is the rollback (§4.8 step 10, S5);
+    CorruptRecord (TERMINAL_MISMATCH) for anything else."""
     target_version = transition.target.assignment_version
     if terminal.draining or terminal.assignment_version != target_version:
-        raise RebalanceError(
-            f"drain terminal must be a committed snapshot at version {target_version}"
+        raise CorruptRecord(
+            f"drain terminal must be a committed snapshot at version {target_version}",
+            key=snapshot_path(target_version),
+            reason=Refusal.TERMINAL_MISMATCH,
         )
     fence = snapshot_fence(terminal)
     if fence == transition.target:
         return SourceDrainOutcome.COMMIT
     if is_rollback(fence, transition):
         return SourceDrainOutcome.ABORT
-    raise RebalanceError(
-        f"drain terminal {target_version} is neither the transition's target nor its rollback"
+    raise CorruptRecord(
+        f"drain terminal {target_version} is neither the transition's target nor its rollback",
+        key=snapshot_path(target_version),
+        reason=Refusal.TERMINAL_MISMATCH,
     )
 
 
@@ -74,27 +83,36 @@ async def audit_materialized_drain_transition(
 ) -> AuditedDrainOutcome:
     """A drain terminal: its decision, its exact committed predecessor and its verdict."""
     version = snapshot.assignment_version
+    key = snapshot_path(version)
     decision = await assignment_drain_decision(ctx.authority, version)
     if decision is None:
-        raise RebalanceError(
-            f"assignment {version}: materialized drain outcome without an authority decision"
+        raise CorruptRecord(
+            f"assignment {version}: materialized drain outcome without an authority decision",
+            key=key,
+            reason=Refusal.NO_AUTHORITY_DECISION,
         )
     if decision.transition != transition:
-        raise RebalanceError(
-            f"assignment {version}: the drain decision names a different transition"
+        raise CorruptRecord(
+            f"assignment {version}: the drain decision names a different transition",
+            key=key,
+            reason=Refusal.DECISION_MISMATCH,
         )
     predecessor = await ctx.snapshots.load_version(version - 1)
     if predecessor is None:
-        raise RebalanceError(f"assignment {version}: lost predecessor {version - 1}")
+        raise predecessor_lost(version)
     if predecessor.draining or snapshot_fence(predecessor) != transition.predecessor:
-        raise RebalanceError(
-            f"assignment {version}: drain terminal does not bind its exact committed predecessor"
+        raise CorruptRecord(
+            f"assignment {version}: drain terminal does not bind its exact committed predecessor",
+            key=key,
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
         )
     outcome = finalized_drain_outcome(transition, snapshot)
     if outcome is not verdict_outcome(decision.verdict):
-        raise RebalanceError(
+        raise CorruptRecord(
             f"assignment {version}: materialized {outcome.value} contradicts the authority "
-            f"verdict {decision.verdict.value}"
+            f"verdict {decision.verdict.value}",
+            key=key,
+            reason=Refusal.TERMINAL_MISMATCH,
         )
     return AuditedDrainOutcome(
         transition=transition, outcome=outcome, handoff_checkpoint=decision.handoff_checkpoint
@@ -110,36 +128,47 @@ async def audit_drain_predecessor(
     local = ctx.engine.registry()
     version = draining.assignment_version
     if transition is None:
-        raise RebalanceError(f"assignment {version} is not draining")
+        raise InvalidArgument(f"assignment {version} is not draining")
     if version != local.version + 1:
-        raise RebalanceError(
+        raise Refused(
             f"draining assignment {version} is not the exact successor of local assignment "
-            f"{local.version}"
+            f"{local.version}",
+            reason=Refusal.NOT_EXACT_SUCCESSOR,
         )
     to_vnode_vec(draining, ctx.vnode_count)
     predecessor = await ctx.snapshots.load_version(local.version)
+    if predecessor is None:
+        raise predecessor_lost(version)
     if (
-        predecessor is None
-        or predecessor.draining
+        predecessor.draining
         or predecessor.assignment_version != local.version
         or snapshot_fence(predecessor) != transition.predecessor
     ):
-        raise RebalanceError(
-            f"draining assignment {version} does not bind the committed predecessor {local.version}"
+        raise CorruptRecord(
+            f"draining assignment {version} does not bind the committed predecessor "
+            f"{local.version}",
+            key=snapshot_path(version),
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
         )
     if not ctx.controller.process_lease_is_live():
-        raise RebalanceError("the local process lease is not live")
+        raise Refused("the local process lease is not live", reason=Refusal.PROCESS_LEASE_NOT_LIVE)
     if await assignment_drain_decision(ctx.authority, version) is not None:
-        raise RebalanceError(
-            f"draining assignment {version} already has a terminal authority decision"
+        raise Refused(
+            f"draining assignment {version} already has a terminal authority decision",
+            reason=Refusal.DRAIN_ALREADY_DECIDED,
         )
     lease = await ctx.authority.load()
     if lease is None or not lease_matches_proof(lease, transition.leader):
-        raise RebalanceError(f"draining assignment {version}: its leader term was superseded")
+        raise Refused(
+            f"draining assignment {version}: its leader term was superseded",
+            reason=Refusal.DRAIN_LEADER_SUPERSEDED,
+        )
     if predecessor.owners != local.owners:
-        raise RebalanceError(
+        raise CorruptRecord(
             f"draining assignment {version}: the predecessor's owners differ from the local "
-            "registry"
+            "registry",
+            key=snapshot_path(local.version),
+            reason=Refusal.OWNERS_DIFFER,
         )
     return predecessor
 
@@ -152,8 +181,18 @@ async def audit_exact_drain_head(
     async with within_deadline(ctx.clock, deadline, f"draining assignment {version} audit"):
         head = await ctx.snapshots.load()
         if head != draining:
-            raise RebalanceError(f"draining assignment {version} is no longer the unfinalized head")
+            raise Refused(
+                f"draining assignment {version} is no longer the unfinalized head",
+                reason=Refusal.HEAD_MOVED,
+            )
         return await audit_drain_predecessor(ctx, draining)
+
+
+def predecessor_lost(version: int) -> Refused:
+    """Assignment `version - 1` is gone (pruned under a newer head): re-read and decide again."""
+    return Refused(
+        f"assignment {version}: lost predecessor {version - 1}", reason=Refusal.PREDECESSOR_LOST
+    )
 
 
 def local_drain_participant(

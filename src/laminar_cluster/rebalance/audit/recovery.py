@@ -21,12 +21,20 @@ Our "checkpoint index" is the `ClusterRecoveryCapsule` the Commit outcome points
 verified through the DecisionStore (`cluster_outcome_with_recovery_capsule`): it carries the
 assignment fence the cut was taken under (the origin) and the `portable` flag.
 
-Every failure raises `RebalanceError`; callers fail closed (§4.11 Suspend, §4.3 retry).
+Callers fail closed (§4.11 Suspend, §4.3 retry). Durable records that contradict each other
+(no decision for a committed generation, a snapshot that is not the admitted proposal, a
+successor decision that does not propagate the cut, a checkpoint index inconsistent with its
+outcome) are CorruptRecord; what a re-read may settle (a pruned predecessor, a decision below the
+floor, a pin or committed head that moved between reads, a cut not portable to this
+predecessor) is Refused. The reason names the check (`refusals.Refusal`).
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.assignment_decisions import (
     assignment_drain_decision,
@@ -47,17 +55,19 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
     RecoveryCapsuleRef,
 )
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused, restated
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
+from laminar_cluster.rebalance.audit.drain import predecessor_lost
 from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
     PinState,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError, cut_name
+from laminar_cluster.rebalance.interfaces import cut_name
+from laminar_cluster.rebalance.refusals import Refusal
 
 __all__ = [
     "audit_recovery_generation",
@@ -74,16 +84,20 @@ async def audit_recovery_generation(
     version = snapshot.assignment_version
     decision = await recovery_decision(ctx.authority, version)
     if decision is None:
-        raise RebalanceError(
-            f"assignment {version}: no drain transition or recovery authority decision"
+        raise CorruptRecord(
+            f"assignment {version}: no drain transition or recovery authority decision",
+            key=snapshot_path(version),
+            reason=Refusal.NO_AUTHORITY_DECISION,
         )
     await _check_materialization(ctx, snapshot, decision)
     head = await highest_cluster_committed_outcome(ctx.authority)
     if head is not None and head.recovery_capsule is None:
         raise CorruptRecord(f"cluster Commit epoch {head.epoch} names no checkpoint index")
     if head is None and decision.recovery_checkpoint is not None:
-        raise RebalanceError(
-            f"recovery assignment {version} requires a committed cluster checkpoint"
+        raise CorruptRecord(
+            f"recovery assignment {version} requires a committed cluster checkpoint",
+            key=snapshot_path(version),
+            reason=Refusal.NO_COMMITTED_CHECKPOINT,
         )
     pin = await assignment_handoff_pin_on(ctx.authority, decision.target)
     if pin is not None:
@@ -107,12 +121,15 @@ async def recovery_decision(
     authority: LeaderLeaseStore, version: int
 ) -> AssignmentRecoveryDecision | None:
     """The admitted recovery decision of `version`, or None; a version the authority settled
-    otherwise (a drain decision, or below the decision floor) is a RebalanceError."""
+    otherwise (a drain decision, or below the decision floor) is Refused
+    (NO_AUTHORITY_DECISION)."""
     try:
         return await assignment_recovery_decision(authority, version)
     except Refused as error:
-        raise RebalanceError(
-            f"assignment {version}: no drain transition or recovery authority decision ({error})"
+        raise restated(
+            error,
+            f"assignment {version}: no drain transition or recovery authority decision ({error})",
+            reason=Refusal.NO_AUTHORITY_DECISION,
         ) from error
 
 
@@ -121,20 +138,27 @@ async def _check_materialization(
 ) -> None:
     """The snapshot is the staged proposal of the decision, and v-1 is its exact predecessor."""
     version = snapshot.assignment_version
+    key = snapshot_path(version)
     try:
         proposal = await ctx.snapshots.load_recovery_proposal_snapshot(decision.proposal)
-    except InvalidArgument as error:
-        raise RebalanceError(f"recovery assignment {version}: {error}") from error
+    except InvalidArgument as error:  # the durable decision names a malformed proposal
+        raise CorruptRecord(
+            f"recovery assignment {version}: {error}", key=key, reason=Refusal.DECISION_MISMATCH
+        ) from error
     if proposal != snapshot or snapshot_fence(proposal) != decision.target:
-        raise RebalanceError(
-            f"recovery assignment {version} is not the proposal its authority decision admitted"
+        raise CorruptRecord(
+            f"recovery assignment {version} is not the proposal its authority decision admitted",
+            key=key,
+            reason=Refusal.DECISION_MISMATCH,
         )
     predecessor = await ctx.snapshots.load_version(version - 1)
     if predecessor is None:
-        raise RebalanceError(f"recovery assignment {version}: lost predecessor {version - 1}")
+        raise predecessor_lost(version)
     if predecessor.draining or snapshot_fence(predecessor) != decision.predecessor:
-        raise RebalanceError(
-            f"recovery assignment {version} does not bind its exact committed predecessor"
+        raise CorruptRecord(
+            f"recovery assignment {version} does not bind its exact committed predecessor",
+            key=key,
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
         )
 
 
@@ -149,10 +173,11 @@ async def _active(
     version = decision.target_version
     head_ref = None if head is None else head.recovery_capsule
     if pin.checkpoint != decision.recovery_checkpoint or pin.checkpoint != head_ref:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {version}: the handoff pin ({cut_name(pin.checkpoint)}) is "
             f"not the recovery checkpoint ({cut_name(decision.recovery_checkpoint)}) and the "
-            f"latest committed cluster checkpoint ({cut_name(head_ref)})"
+            f"latest committed cluster checkpoint ({cut_name(head_ref)})",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     if pin.checkpoint is None or head is None:
         return AuditedRecoveryCheckpoint(PinState.ACTIVE, None, None)
@@ -171,16 +196,18 @@ async def _propagated(
     head_ref = None if head is None else head.recovery_capsule
     successor = await _successor_pin_target(authority, decision)
     if decision.recovery_checkpoint != head_ref:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {version}: the recovery checkpoint "
             f"({cut_name(decision.recovery_checkpoint)}) is no longer the latest committed "
-            f"cluster checkpoint ({cut_name(head_ref)})"
+            f"cluster checkpoint ({cut_name(head_ref)})",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     pin = await assignment_handoff_pin_on(authority, successor)
     if pin is None or pin.checkpoint != head_ref:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {version}: the checkpoint pin is not on the successor of "
-            f"assignment {version}"
+            f"assignment {version}",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     if decision.recovery_checkpoint is None or head is None:
         return AuditedRecoveryCheckpoint(PinState.PROPAGATED, None, None, successor)
@@ -213,17 +240,20 @@ async def _successor_pin_target(
         ):
             return rollback_fence(drain)
     if successor is None:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {version}: checkpoint pin was superseded before the target "
-            "committed"
+            "committed",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     if (
         successor.predecessor != decision.target
         or successor.recovery_checkpoint != decision.recovery_checkpoint
     ):
-        raise RebalanceError(
+        raise CorruptRecord(
             f"recovery assignment {version}: recovery successor {version + 1} does not "
-            "propagate the same recovery checkpoint from this target"
+            "propagate the same recovery checkpoint from this target",
+            key=snapshot_path(version + 1),
+            reason=Refusal.DECISION_MISMATCH,
         )
     return successor.target
 
@@ -238,8 +268,9 @@ async def load_portable_cut(
     cut against `predecessor` (§4.9 step 10); returns the index, whose fence is the origin."""
     loaded = await cluster_outcome_with_recovery_capsule(authority, head.epoch)
     if loaded is None or loaded[0] != head or loaded[1] is None:
-        raise RebalanceError(
-            f"recovery checkpoint epoch {head.epoch} changed or lost its checkpoint index"
+        raise Refused(
+            f"recovery checkpoint epoch {head.epoch} changed or lost its checkpoint index",
+            reason=Refusal.RECOVERY_CHECKPOINT_CHANGED,
         )
     validate_portable_recovery_cut(loaded[0], loaded[1], ref, predecessor)
     return loaded[1]
@@ -253,14 +284,47 @@ def validate_portable_recovery_cut(
 ) -> CheckpointAssignmentFence:
     """§4.9 `validate_portable_recovery_cut`: `outcome` is a cluster Commit of `ref`, `index`
     (its capsule) is reassignment-portable, and its origin fence is compatible with
-    `predecessor` (S15). Returns the origin fence."""
-    problem = _cut_problem(outcome, index, ref, predecessor)
-    if problem is not None:
-        raise RebalanceError(
-            f"recovery checkpoint epoch {ref.epoch} is not a reassignment-portable cluster cut "
-            f"for assignment {predecessor.assignment_version}: {problem}"
-        )
-    return index.assignment_fence
+    `predecessor` (S15). Returns the origin fence. An outcome, reference and index that do not
+    describe one cluster Commit are CorruptRecord; a consistent cut that does not fit
+    `predecessor` is Refused. The reason is the failed check (a `Refusal.CUT_*`)."""
+    failed = _cut_problem(outcome, index, ref, predecessor)
+    if failed is None:
+        return index.assignment_fence
+    reason, problem = failed
+    message = (
+        f"recovery checkpoint epoch {ref.epoch} is not a reassignment-portable cluster cut "
+        f"for assignment {predecessor.assignment_version}: {problem}"
+    )
+    if reason in _CUT_RECORD_PROBLEMS:
+        raise CorruptRecord(message, reason=reason)
+    raise Refused(message, reason=reason)
+
+
+# What each failed check of `_cut_problem` says, in the order they run.
+_CUT_PROBLEMS: Final = {
+    Refusal.CUT_NOT_CLUSTER_COMMIT: "not a cluster Commit",
+    Refusal.CUT_OTHER_INDEX: "the outcome names another checkpoint index",
+    Refusal.CUT_ATTEMPTS_DIFFER: "outcome, reference and index name different attempts",
+    Refusal.CUT_OTHER_DEPLOYMENT: "index of another deployment",
+    Refusal.CUT_FENCES_DIFFER: "outcome and index fences differ",
+    Refusal.CUT_NO_LEADER_PROOF: "the outcome has no leader proof",
+    Refusal.CUT_NOT_PORTABLE: "the index is not reassignment-portable",
+    Refusal.CUT_FENCE_NOT_CANONICAL: "a fence is not canonical",
+    Refusal.CUT_ORIGIN_NEWER: "origin is newer",
+    Refusal.CUT_VNODE_COUNTS_DIFFER: "vnode counts differ",
+    Refusal.CUT_ORIGIN_NOT_PREDECESSOR: "origin differs from the predecessor at the same version",
+}
+# The checks of one cluster Commit against itself; the others check it fits the predecessor.
+_CUT_RECORD_PROBLEMS: Final = frozenset(
+    {
+        Refusal.CUT_NOT_CLUSTER_COMMIT,
+        Refusal.CUT_OTHER_INDEX,
+        Refusal.CUT_ATTEMPTS_DIFFER,
+        Refusal.CUT_OTHER_DEPLOYMENT,
+        Refusal.CUT_FENCES_DIFFER,
+        Refusal.CUT_NO_LEADER_PROOF,
+    }
+)
 
 
 def _cut_problem(
@@ -268,30 +332,26 @@ def _cut_problem(
     index: ClusterRecoveryCapsule,
     ref: RecoveryCapsuleRef,
     predecessor: CheckpointAssignmentFence,
-) -> str | None:
+) -> tuple[Refusal, str] | None:
     origin = index.assignment_fence
     attempts = {
         (outcome.epoch, outcome.checkpoint_id),
         (ref.epoch, ref.checkpoint_id),
         (index.attempt.epoch, index.attempt.checkpoint_id),
     }
-    checks = (
-        (outcome.is_commit() and outcome.scope is CheckpointScope.CLUSTER, "not a cluster Commit"),
-        (outcome.recovery_capsule == ref, "the outcome names another checkpoint index"),
-        (len(attempts) == 1, "outcome, reference and index name different attempts"),
-        (outcome.deployment_id == index.deployment_id, "index of another deployment"),
-        (outcome.assignment_fence == origin, "outcome and index fences differ"),
-        (outcome.leader_proof is not None, "the outcome has no leader proof"),
-        (index.portable, "the index is not reassignment-portable"),
-        (
-            fence_is_canonical(origin) and fence_is_canonical(predecessor),
-            "a fence is not canonical",
-        ),
-        (origin.assignment_version <= predecessor.assignment_version, "origin is newer"),
-        (origin.vnode_count == predecessor.vnode_count, "vnode counts differ"),
-        (
-            origin.assignment_version != predecessor.assignment_version or origin == predecessor,
-            "origin differs from the predecessor at the same version",
-        ),
+    same_version = origin.assignment_version == predecessor.assignment_version
+    passed = (
+        outcome.is_commit() and outcome.scope is CheckpointScope.CLUSTER,
+        outcome.recovery_capsule == ref,
+        len(attempts) == 1,
+        outcome.deployment_id == index.deployment_id,
+        outcome.assignment_fence == origin,
+        outcome.leader_proof is not None,
+        index.portable,
+        fence_is_canonical(origin) and fence_is_canonical(predecessor),
+        origin.assignment_version <= predecessor.assignment_version,
+        origin.vnode_count == predecessor.vnode_count,
+        not same_version or origin == predecessor,
     )
-    return next((problem for ok, problem in checks if not ok), None)
+    checks = zip(passed, _CUT_PROBLEMS.items(), strict=True)
+    return next(((reason, text) for ok, (reason, text) in checks if not ok), None)

@@ -7,14 +7,11 @@ import enum
 from dataclasses import dataclass
 
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
+from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.interfaces import (
-    RebalanceError,
-    RecoveryCut,
-    SourceDrainOutcome,
-    recovery_cut,
-)
+from laminar_cluster.rebalance.interfaces import RecoveryCut, SourceDrainOutcome, recovery_cut
+from laminar_cluster.rebalance.refusals import Refusal
 
 
 class PinState(enum.Enum):
@@ -81,10 +78,12 @@ class AuditedAssignmentAuthority:
         return self.recovery_leader_proof if self.recovery_pin_is_active else None
 
     def retained_predecessor(self, local_version: int) -> CheckpointAssignmentFence:
-        """The predecessor fence, when this generation is exactly `local_version + 1`."""
+        """The predecessor fence, when this generation is exactly `local_version + 1`
+        (Refused, NOT_EXACT_SUCCESSOR, otherwise)."""
         if local_version + 1 != self.target_version or self.predecessor is None:
-            raise RebalanceError(
+            raise Refused(
                 f"assignment {self.target_version} is not the exact audited successor of local "
-                f"assignment {local_version}"
+                f"assignment {local_version}",
+                reason=Refusal.NOT_EXACT_SUCCESSOR,
             )
         return self.predecessor

@@ -25,7 +25,7 @@ from typing import Final, Protocol
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.recovery_faults import Superseded, record_recovery_fault
 from laminar_cluster.clock import Clock, within_deadline
-from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.errors import Fenced, InvalidArgument, LaminarError, Refused
 from laminar_cluster.fencing import (
     CheckpointAssignmentFence,
     FenceParticipant,
@@ -46,8 +46,8 @@ from laminar_cluster.rebalance.cluster import slots
 from laminar_cluster.rebalance.cluster.drain_acks import leader_lease_matches, quorum_reached
 from laminar_cluster.rebalance.cluster.members import VersionedMembers
 from laminar_cluster.rebalance.cluster.process_takeover import ObservedLeases, fence_process
-from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption, DrainAck
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import ObjectStore
 
 logger: Final = logging.getLogger(__name__)
@@ -136,13 +136,15 @@ class StoreClusterController:
     async def recovery_participant_incarnations(
         self, ids: Sequence[int], *, deadline: float
     ) -> tuple[FenceParticipant, ...]:
-        """The current boot of every id, by node id; RebalanceError naming the ids without a
-        live member in the latest view."""
+        """The current boot of every id, by node id; Refused (NO_LIVE_INCARNATION) naming the
+        ids without a live member in the latest view."""
         found = await self.available_recovery_participant_incarnations(ids, deadline=deadline)
         missing = sorted(set(ids) - {participant.node_id for participant in found})
         if missing:
-            raise RebalanceError(
-                "no live process incarnation for node(s) " + ", ".join(f"node-{n}" for n in missing)
+            raise Refused(
+                "no live process incarnation for node(s) "
+                + ", ".join(f"node-{n}" for n in missing),
+                reason=Refusal.NO_LIVE_INCARNATION,
             )
         return found
 
@@ -195,13 +197,16 @@ class StoreClusterController:
 
     async def refresh_members(self, *, deadline: float) -> MembershipView:
         """One discovery poll; the watch's version moves only when the signature changes.
-        RebalanceError (nothing published) when the view lacks this node itself (§9)."""
+        Refused (SELF_NOT_A_MEMBER; nothing published) when the view lacks this node (§9)."""
         view = await self._discovery.poll(deadline=deadline)
         for problem in view.problems:
             logger.warning("membership: %s", problem)
         if view.member(self.node_id) is None:
             # §9: self must be a member, or a draining leader would treat itself as lost.
-            raise RebalanceError(f"membership view does not list this node (node-{self.node_id})")
+            raise Refused(
+                f"membership view does not list this node (node-{self.node_id})",
+                reason=Refusal.SELF_NOT_A_MEMBER,
+            )
         for member in view.members:
             self._observed.note(member.record)
         self._view = view
@@ -299,7 +304,8 @@ class StoreClusterController:
         return self._stopped_recovery
 
     async def publish_local_recovery_fault(self, *, deadline: float) -> None:
-        """Report a fault of this exact process term (a new request sequence per call)."""
+        """Report a fault of this exact process term (a new request sequence per call); Fenced
+        (NEWER_PROCESS_TERM) when a newer process term of this node already reported."""
         self._fault_requests += 1
         publisher = RecoveryFaultPublisher(
             participant=self.local_participant(), process_term=self.process_term
@@ -308,9 +314,10 @@ class StoreClusterController:
             self._authority, publisher, self._fault_requests, deadline=deadline
         )
         if isinstance(result, Superseded):
-            raise RebalanceError(
+            raise Fenced(
                 f"node-{self.node_id} process term {self.process_term}: a newer process term "
-                "already reported a recovery fault"
+                "already reported a recovery fault",
+                reason=Refusal.NEWER_PROCESS_TERM,
             )
 
     # -- local fence and transition slots (§6.3) ---------------------------------------------
@@ -362,7 +369,10 @@ class StoreClusterController:
     async def announce_drain_ack(
         self, transition: AssignmentDrainTransition, *, deadline: float
     ) -> None:
-        """§4.6 step 4: check, then write this process's drain ack with exact read-back."""
+        """§4.6 step 4: check, then write this process's drain ack with exact read-back.
+        Refusals: a non-canonical transition is InvalidArgument; a boot that is no longer its
+        node's current process is Fenced; the rest are Refused (NOT_A_PREDECESSOR_PARTICIPANT,
+        TRANSITION_DIFFERS, PROCESS_LEASE_NOT_LIVE, DRAIN_LEADER_SUPERSEDED)."""
         async with within_deadline(self.clock, deadline, f"node-{self.node_id}: drain ack"):
             await self._check_drain_ack(transition, deadline)
             ack = DrainAck(version=1, participant=self.local_participant(), transition=transition)
@@ -374,25 +384,30 @@ class StoreClusterController:
     ) -> None:
         problem = drain_transition_problem(transition)
         if problem is not None:
-            raise RebalanceError(f"drain ack refused: the transition is not canonical: {problem}")
+            raise InvalidArgument(f"drain ack refused: the transition is not canonical: {problem}")
         if transition.predecessor.participant_incarnation(self.node_id) != self.boot:
-            raise RebalanceError(
+            raise Refused(
                 f"drain ack refused: node-{self.node_id} boot {self.boot} is not an exact "
-                "predecessor participant"
+                "predecessor participant",
+                reason=Refusal.NOT_A_PREDECESSOR_PARTICIPANT,
             )
         if self._transition != transition:
-            raise RebalanceError("drain ack refused: the locally installed transition differs")
+            raise Refused(
+                "drain ack refused: the locally installed transition differs",
+                reason=Refusal.TRANSITION_DIFFERS,
+            )
         if not self.process_lease_is_live():
-            raise RebalanceError("drain ack refused: the process lease is not live")
+            raise _lease_not_live("drain ack")
         if not await leader_lease_matches(self._authority, transition.leader):
-            raise RebalanceError(
+            raise Refused(
                 "drain ack refused: the durable leader lease no longer matches the transition's "
-                "leader"
+                "leader",
+                reason=Refusal.DRAIN_LEADER_SUPERSEDED,
             )
         if not await self.verify_current_process_incarnation(
             self.local_participant(), deadline=deadline
         ):
-            raise RebalanceError(
+            raise Fenced(
                 f"drain ack refused: boot {self.boot} is no longer node-{self.node_id}'s current "
                 "process"
             )
@@ -420,9 +435,16 @@ class StoreClusterController:
                 f"(node-{self.node_id} boot {self.boot})"
             )
         if not self.process_lease_is_live():
-            raise RebalanceError("adoption report refused: the process lease is not live")
+            raise _lease_not_live("adoption report")
         async with (
             within_deadline(self.clock, deadline, f"node-{self.node_id}: adoption report"),
             self._slot_lock,
         ):
             await slots.write_process_slot(self.store, self.clock, adoption, deadline=deadline)
+
+
+def _lease_not_live(what: str) -> Refused:
+    """This process's lease is not live now (it may be again after a renewal)."""
+    return Refused(
+        f"{what} refused: the process lease is not live", reason=Refusal.PROCESS_LEASE_NOT_LIVE
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
+from laminar_cluster.errors import Refused
 from laminar_cluster.membership.discovery import MembershipView
-from laminar_cluster.rebalance.interfaces import NodeInfo, RebalanceError
+from laminar_cluster.rebalance.interfaces import NodeInfo
+from laminar_cluster.rebalance.refusals import Refusal
 
 
 def node_infos(view: MembershipView) -> tuple[NodeInfo, ...]:
@@ -50,7 +52,7 @@ class VersionedMembers:
     def publish(self, view: MembershipView) -> bool:
         """Install `view`; True when its signature changed (and the version moved)."""
         if self._closed:
-            raise RebalanceError("members watch is closed")
+            raise _closed()
         signature = view.signature()
         self._members = node_infos(view)
         if signature == self._signature:
@@ -66,15 +68,20 @@ class VersionedMembers:
         self._wake()
 
     async def changed(self, since: int) -> int:
-        """The first version > `since`; RebalanceError once closed."""
+        """The first version > `since`; Refused (MEMBERS_WATCH_CLOSED) once closed."""
         while True:
             if self._version > since:
                 return self._version
             if self._closed:
-                raise RebalanceError("members watch is closed")
+                raise _closed()
             event = self._event
             await event.wait()
 
     def _wake(self) -> None:
         self._event.set()
         self._event = asyncio.Event()
+
+
+def _closed() -> Refused:
+    """Nothing will change any more: the membership poll that published into it ended."""
+    return Refused("members watch is closed", reason=Refusal.MEMBERS_WATCH_CLOSED)

@@ -10,15 +10,18 @@ is the durable evidence the recovery decision carries.
 The takeover is allowed only when the record still names the boot AND the boot either left or
 was observed dead: this controller's discovery saw the same liveness identity (owner, term, seq)
 for at least a full ttl, and the fresh read still shows that identity. A process whose lease
-was renewed is never fenced ("renewed"). The takeover record keeps its own fence in the
-record's durable `takeovers` (docs/protocols/membership.md ML-11), as every new start does.
+was renewed is never fenced (Refused, PROCESS_RENEWED: "renewed"). The takeover record keeps
+its own fence in the record's durable `takeovers` (docs/protocols/membership.md ML-11), as
+every new start does.
 
 When the node already restarted (the record names a newer boot), the evidence is the fence in the
 record's `takeovers` whose predecessor is that boot: exact even when this process never observed
 the boot (a restarted process fencing its own previous incarnation) and after the new boot
 renewed. Only when the boot is not among them (its takeover was pushed out by 8 newer ones) is the
 fence built from the newest lease of the boot this controller observed and the current record;
-it must then be an immediate takeover (§8.2), else it is refused.
+it must then be an immediate takeover (§8.2), else it is refused (Refused,
+TAKEOVER_NEVER_OBSERVED or TAKEOVER_NOT_IMMEDIATE).
+A node without a lease record cannot be fenced (Refused, NO_LIVE_INCARNATION).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import (
     ObjectNotFound,
     PreconditionFailed,
+    Refused,
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
@@ -41,12 +45,13 @@ from laminar_cluster.membership.discovery import MembershipView
 from laminar_cluster.membership.paths import node_lease_path
 from laminar_cluster.membership.process_lease import Stored, read_node_record
 from laminar_cluster.membership.records import (
+    NODE_LEASE_RECORD_VERSION,
     NodeLeaseRecord,
     NodeState,
     encode_node_record,
     with_takeover,
 )
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import ObjectStore
 
 FENCE_ATTEMPTS_MAX: Final = 4
@@ -89,15 +94,18 @@ async def fence_process(
     *,
     deadline: float,
 ) -> ProcessLeaseFence:
-    """Take over `participant`'s process lease (or prove a restart did); RebalanceError when it
-    was renewed or the evidence is not an immediate takeover."""
+    """Take over `participant`'s process lease (or prove a restart did); Refused when it was
+    renewed (PROCESS_RENEWED) or the evidence is not an immediate takeover (module docstring)."""
     node, boot = participant.node_id, participant.boot_incarnation
     what = f"fence process node-{node} boot {boot}"
     async with within_deadline(clock, deadline, what):
         for _ in range(FENCE_ATTEMPTS_MAX):
             stored = await read_node_record(store, node)
             if stored is None:
-                raise RebalanceError(f"process lease of node-{node} is missing; cannot fence it")
+                raise Refused(
+                    f"process lease of node-{node} is missing; cannot fence it",
+                    reason=Refusal.NO_LIVE_INCARNATION,
+                )
             record = stored.record
             observed.note(record)
             if record.lease.owner != boot:
@@ -105,7 +113,7 @@ async def fence_process(
             if record.state is not NodeState.LEFT and not observed_dead(
                 record, view, clock.monotonic()
             ):
-                raise RebalanceError(renewed_message(participant))
+                raise Refused(renewed_message(participant), reason=Refusal.PROCESS_RENEWED)
             candidate = _takeover_record(record, clock)
             if await _compare_and_swap(store, stored, candidate):
                 observed.note(candidate)
@@ -136,17 +144,19 @@ def _restarted_fence(
             return recorded  # validated on read: canonical, of this node
     predecessor = observed.newest(node, boot)
     if predecessor is None:
-        raise RebalanceError(
+        raise Refused(
             f"process lease of node-{node} boot {boot} was never observed and is not among "
             f"its recorded takeovers; the node now runs boot {current.lease.owner}; cannot "
-            "fence it"
+            "fence it",
+            reason=Refusal.TAKEOVER_NEVER_OBSERVED,
         )
     fence = ProcessLeaseFence(predecessor=predecessor, successor=current.lease)
     problem = process_fence_problem(fence)
     if problem is not None:
-        raise RebalanceError(
+        raise Refused(
             f"process lease of node-{node} boot {boot} was superseded by boot "
-            f"{current.lease.owner}, but not by an immediate takeover: {problem}"
+            f"{current.lease.owner}, but not by an immediate takeover: {problem}",
+            reason=Refusal.TAKEOVER_NOT_IMMEDIATE,
         )
     return fence
 
@@ -163,13 +173,14 @@ def _takeover_record(record: NodeLeaseRecord, clock: Clock) -> NodeLeaseRecord:
     )
     fence = ProcessLeaseFence(predecessor=lease, successor=successor)
     return NodeLeaseRecord(
-        version=1,
+        version=NODE_LEASE_RECORD_VERSION,
         lease=successor,
         state=NodeState.LEFT,
         ttl_ms=record.ttl_ms,
         nonce=str(clock.uuid4()),
         failure_domain=record.failure_domain,
         takeovers=with_takeover(fence, record.takeovers),
+        report=None,  # the taken-over process reports nothing more
     )
 
 

@@ -8,8 +8,9 @@ Each node id owns two objects under `control/processes/node={id:020}/`:
 | `drain-ack.json` | `DrainAck` | the node's current process |
 
 A write is an unconditional OVERWRITE of the writer's own slot followed by an exact read-back:
-the object must hold exactly the bytes written, or the write did not take effect as ours (a
-second process with the same node id overwrote it) and the caller gets `RebalanceError`. The
+the object must hold exactly the bytes written, or the write did not take effect as ours: no
+object is StoreUnavailable (retry), other bytes mean a second process with the same node id
+overwrote it, and the caller gets `Fenced` (SLOT_WRITTEN_BY_ANOTHER_PROCESS). The
 record names its exact publisher (node and boot), so a restarted process's older report never
 counts for the new boot.
 
@@ -31,16 +32,18 @@ from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import Record, decode, encode_checked
 from laminar_cluster.errors import (
     CorruptRecord,
+    Fenced,
     InvalidArgument,
     ObjectNotFound,
+    StoreUnavailable,
     WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.validate_decisions import drain_transition_problem, uuid_is_canonical
 from laminar_cluster.membership.discovery import MEMBERSHIP_NODES_MAX
-from laminar_cluster.rebalance.interfaces import RebalanceError
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption, DrainAck
-from laminar_cluster.store import OVERWRITE, ObjectStore, read_back
+from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.store import OVERWRITE, ObjectStore, ReadBack, read_back
 
 PROCESSES_PREFIX: Final = "control/processes/"
 # Two slots per node id, and at most MEMBERSHIP_NODES_MAX node ids.
@@ -131,10 +134,13 @@ async def write_process_slot(
         with contextlib.suppress(WriteOutcomeUnknown):  # settled by the read-back below
             await store.put(key, body, OVERWRITE)
         resolution = await read_back(store, key, body)
+    if resolution.state is ReadBack.ABSENT:
+        raise StoreUnavailable(f"{key}: the write did not land (read-back found no object)")
     if not resolution.ours:
-        raise RebalanceError(
+        raise Fenced(
             f"{key}: read-back after the write found {resolution.state.value} bytes; another "
-            f"process of node {record.participant.node_id} writes this slot"
+            f"process of node {record.participant.node_id} writes this slot",
+            reason=Refusal.SLOT_WRITTEN_BY_ANOTHER_PROCESS,
         )
 
 

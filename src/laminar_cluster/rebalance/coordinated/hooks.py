@@ -10,8 +10,10 @@ Coordinated recovery calls two hooks on a drain whose ack quorum was missed:
   terminal verdict to the replacement source tasks of this process.
 
 Both re-read the head and re-audit after every await that could race another writer, and
-raise `RebalanceError` with the spec's wording (§9) when anything moved: the recovery round
-then yields and retries.
+raise Refused with the spec's wording (§9) when anything moved (HEAD_MOVED) or the durable state
+is not this round's (NOT_STOPPED_PREDECESSOR, PREDECESSOR_SUPERSEDED, ...): the recovery round
+then yields and retries. A terminal whose shape contradicts its own verdict is CorruptRecord;
+every bounded read that times out is DeadlineExceeded.
 """
 
 from __future__ import annotations
@@ -19,21 +21,22 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.handoff_pins import assignment_handoff_checkpoint
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded
+from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
+from laminar_cluster.rebalance.audit.binding import durable_fence
 from laminar_cluster.rebalance.audit.drain import (
     audit_snapshot_authority_outcome,
     local_drain_participant,
 )
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import EngineState, SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import (
     FinalizeMode,
     clear_settled_source_drain,
@@ -64,15 +67,19 @@ async def settle_stopped_source_drain_after_recovery_quorum(
     """Abort the drain from `expected_predecessor` (or reconcile its durable terminal) after
     the stop quorum; the target version, or None when the head is still the predecessor."""
     if not stopped_recovery_preconditions_hold(ctx):
-        raise RebalanceError(
-            "stopped source-drain settlement requires the exact fenced Created recovery generation"
+        raise Refused(
+            "stopped source-drain settlement requires the exact fenced Created recovery generation",
+            reason=Refusal.NOT_STOPPED,
         )
     if not fence_is_canonical(expected_predecessor):
-        raise RebalanceError("stopped source-drain predecessor certificate is not canonical")
+        raise InvalidArgument("stopped source-drain predecessor certificate is not canonical")
     deadline = ctx.head_deadline()
     head = await _load_head(ctx, deadline, "stopped source-drain head read")
     if head is None:
-        raise RebalanceError("stopped source-drain settlement has no durable assignment head")
+        raise Refused(
+            "stopped source-drain settlement has no durable assignment head",
+            reason=Refusal.NO_HEAD,
+        )
     if head.draining:
         return await _abort_stopped_drain(ctx, head, expected_predecessor, deadline)
     if head.assignment_version == expected_predecessor.assignment_version:
@@ -88,13 +95,14 @@ async def _confirm_stable_predecessor(
     deadline: float,
 ) -> None:
     """The head is still the predecessor itself: nothing to settle, once it is audited."""
-    if _fence(head) != expected:
-        raise RebalanceError(
-            "stable source-drain head does not match the stopped recovery predecessor"
+    if durable_fence(head) != expected:
+        raise Refused(
+            "stable source-drain head does not match the stopped recovery predecessor",
+            reason=Refusal.NOT_STOPPED_PREDECESSOR,
         )
     await _audit(ctx, head, deadline)
     if await _load_head(ctx, deadline, "stopped source-drain predecessor recheck") != head:
-        raise RebalanceError("stopped source-drain predecessor changed during audit")
+        raise _moved("stopped source-drain predecessor changed during audit")
 
 
 async def _reconcile_stopped_terminal(
@@ -106,27 +114,30 @@ async def _reconcile_stopped_terminal(
     """An already-materialized terminal: check it is exactly this drain's, idempotently."""
     target_version = expected.assignment_version + 1
     if head.assignment_version != target_version:
-        raise RebalanceError(
+        raise Refused(
             f"stable assignment {head.assignment_version} superseded stopped source-drain "
-            f"predecessor {expected.assignment_version}"
+            f"predecessor {expected.assignment_version}",
+            reason=Refusal.PREDECESSOR_SUPERSEDED,
         )
     terminal = await _audited_terminal(ctx, head, deadline)
     transition = terminal.transition
     if transition.predecessor != expected or transition.target.assignment_version != target_version:
-        raise RebalanceError(
+        raise Refused(
             f"stable assignment {head.assignment_version} is not an exact terminal for stopped "
-            f"predecessor {expected.assignment_version}"
+            f"predecessor {expected.assignment_version}",
+            reason=Refusal.NOT_STOPPED_PREDECESSOR,
         )
     predecessor = await _frozen_predecessor(ctx, expected, deadline)
     handoff = await _check_terminal_shape(ctx, head, predecessor, terminal, deadline)
     if await _load_head(ctx, deadline, "stopped source-drain terminal recheck") != head:
-        raise RebalanceError("stopped source-drain terminal changed during reconciliation")
+        raise _moved("stopped source-drain terminal changed during reconciliation")
     if await _audited_terminal(ctx, head, deadline) != terminal:
-        raise RebalanceError(
-            "stopped source-drain terminal authority changed during reconciliation"
-        )
+        raise _moved("stopped source-drain terminal authority changed during reconciliation")
     if handoff is not None and await _pin(ctx, head, deadline) != handoff:
-        raise RebalanceError("stable source-drain Commit handoff pin changed during reconciliation")
+        raise Refused(
+            "stable source-drain Commit handoff pin changed during reconciliation",
+            reason=Refusal.HANDOFF_PIN_LOST,
+        )
     clear_settled_source_drain(ctx, transition)
     return target_version
 
@@ -140,7 +151,8 @@ async def _check_terminal_shape(
 ) -> RecoveryCapsuleRef | None:
     """Abort: the exact predecessor topology at the target version. Commit: the exact target
     with its handoff checkpoint still pinned; returns that handoff (None for Abort)."""
-    target_fence = _fence(head)
+    target_fence = durable_fence(head)
+    key = snapshot_path(head.assignment_version)
     expected = terminal.transition.predecessor
     if terminal.outcome is SourceDrainOutcome.ABORT:
         if (
@@ -151,20 +163,29 @@ async def _check_terminal_shape(
             or target_fence.assignment_digest != expected.assignment_digest
             or target_fence.participants != expected.participants
         ):
-            raise RebalanceError(
-                "stable source-drain Abort does not retain the exact stopped predecessor topology"
+            raise CorruptRecord(
+                "stable source-drain Abort does not retain the exact stopped predecessor topology",
+                key=key,
+                reason=Refusal.TERMINAL_MISMATCH,
             )
         return None
     if target_fence != terminal.transition.target:
-        raise RebalanceError(
-            "stable source-drain Commit does not materialize its exact target fence"
+        raise CorruptRecord(
+            "stable source-drain Commit does not materialize its exact target fence",
+            key=key,
+            reason=Refusal.TERMINAL_MISMATCH,
         )
     handoff = terminal.committed_handoff_checkpoint()
     if handoff is None:
-        raise RebalanceError("stable source-drain Commit has no exact handoff checkpoint")
+        raise CorruptRecord(
+            "stable source-drain Commit has no exact handoff checkpoint",
+            key=key,
+            reason=Refusal.TERMINAL_MISMATCH,
+        )
     if await _pin(ctx, head, deadline) != handoff:
-        raise RebalanceError(
-            "stable source-drain Commit no longer retains its exact active handoff checkpoint pin"
+        raise Refused(
+            "stable source-drain Commit no longer retains its exact active handoff checkpoint pin",
+            reason=Refusal.HANDOFF_PIN_LOST,
         )
     return handoff
 
@@ -184,16 +205,20 @@ async def _abort_stopped_drain(
         or transition.target.assignment_version != target_version
         or head.assignment_version != target_version
     ):
-        raise RebalanceError(
+        raise Refused(
             f"draining assignment {head.assignment_version} does not bind the stopped recovery "
-            f"predecessor {expected.assignment_version}"
+            f"predecessor {expected.assignment_version}",
+            reason=Refusal.NOT_STOPPED_PREDECESSOR,
         )
     installed = ctx.controller.checkpoint_drain_transition()
     if installed is not None and installed != transition:
-        raise RebalanceError("durable and locally published source-drain transitions differ")
+        raise Refused(
+            "durable and locally published source-drain transitions differ",
+            reason=Refusal.TRANSITION_DIFFERS,
+        )
     predecessor = await _frozen_predecessor(ctx, expected, deadline)
     if await _load_head(ctx, deadline, "stopped source-drain head recheck") != head:
-        raise RebalanceError("stopped source-drain head changed during settlement")
+        raise _moved("stopped source-drain head changed during settlement")
     return await finalize_drain_snapshot(
         ctx, head, predecessor, SourceDrainOutcome.ABORT, None, FinalizeMode.STOPPED_RECOVERY
     )
@@ -207,44 +232,55 @@ async def settle_source_drain_before_recovery_release(
     to resolve here. Idempotent; the caller keeps recovery and intake fenced until it returns."""
     controller = ctx.controller
     if not controller.is_recovering() or not ctx.engine.cluster_intake_fenced():
-        raise RebalanceError("recovery source-drain settlement requires closed intake")
+        raise Refused(
+            "recovery source-drain settlement requires closed intake", reason=Refusal.INTAKE_OPEN
+        )
     installed = controller.checkpoint_drain_transition()
     head = await _load_head(ctx, deadline, "recovery source-drain head read")
     if head is None:
-        raise RebalanceError("recovery source-drain settlement has no assignment head")
+        raise Refused(
+            "recovery source-drain settlement has no assignment head", reason=Refusal.NO_HEAD
+        )
     version = head.assignment_version
     if head.draining:
-        raise RebalanceError(f"recovery Release reached unresolved draining assignment {version}")
-    if _fence(head) != expected_fence:
-        raise RebalanceError(
-            f"recovery assignment {version} changed before source-drain settlement"
+        raise Refused(
+            f"recovery Release reached unresolved draining assignment {version}",
+            reason=Refusal.RELEASE_ON_DRAINING_HEAD,
         )
+    if durable_fence(head) != expected_fence:
+        raise _moved(f"recovery assignment {version} changed before source-drain settlement")
     terminal = (await _audit(ctx, head, deadline)).terminal
     if terminal is None:
         if installed is not None:
-            raise RebalanceError("process-local source drain has no durable terminal")
+            raise Refused(
+                "process-local source drain has no durable terminal",
+                reason=Refusal.DRAIN_SUPERSEDED,
+            )
         return None
-    if installed is not None and installed != terminal.transition:
-        raise RebalanceError("process-local source drain conflicts with the durable terminal")
-    if local_drain_participant(ctx, terminal.transition) is None:
-        clear_settled_source_drain(ctx, terminal.transition)
+    transition = terminal.transition
+    if installed is not None and installed != transition:
+        raise Refused(
+            "process-local source drain conflicts with the durable terminal",
+            reason=Refusal.TRANSITION_DIFFERS,
+        )
+    if local_drain_participant(ctx, transition) is None:
+        clear_settled_source_drain(ctx, transition)
         return None
     if ctx.clock.monotonic() >= deadline:
-        raise RebalanceError("recovery source-drain settlement deadline expired")
-    if not await settle_observed_local_drain(
-        ctx,
-        terminal.transition,
-        head,
-        terminal,
-        adoption_deadline=deadline,
-        drain_deadline=deadline,
-    ):
-        raise RebalanceError("materialized source drain was not ready for recovery Release")
+        raise DeadlineExceeded("recovery source-drain settlement deadline expired")
+    settled = await settle_observed_local_drain(
+        ctx, transition, head, terminal, adoption_deadline=deadline, drain_deadline=deadline
+    )
+    if not settled:
+        raise Refused(
+            "materialized source drain was not ready for recovery Release",
+            reason=Refusal.NOT_AT_TERMINAL,
+        )
     if await _load_head(ctx, deadline, "recovery source-drain head recheck") != head:
-        raise RebalanceError("recovery source-drain assignment changed during settlement")
+        raise _moved("recovery source-drain assignment changed during settlement")
     if (await _audit(ctx, head, deadline)).terminal != terminal:
-        raise RebalanceError("recovery source-drain terminal changed during settlement")
-    clear_settled_source_drain(ctx, terminal.transition)
+        raise _moved("recovery source-drain terminal changed during settlement")
+    clear_settled_source_drain(ctx, transition)
     return version
 
 
@@ -256,7 +292,7 @@ async def _load_head(
         async with within_deadline(ctx.clock, deadline, what):
             return await ctx.snapshots.load()
     except DeadlineExceeded as error:
-        raise RebalanceError(f"{what} timed out") from error
+        raise DeadlineExceeded(f"{what} timed out") from error
 
 
 async def _audit(
@@ -265,7 +301,7 @@ async def _audit(
     try:
         return await audit_snapshot_authority_outcome(ctx, snapshot, deadline=deadline)
     except DeadlineExceeded as error:
-        raise RebalanceError(
+        raise DeadlineExceeded(
             f"assignment {snapshot.assignment_version} authority audit timed out"
         ) from error
 
@@ -275,9 +311,10 @@ async def _audited_terminal(
 ) -> AuditedDrainOutcome:
     terminal = (await _audit(ctx, head, deadline)).terminal
     if terminal is None:
-        raise RebalanceError(
+        raise Refused(
             f"stable assignment {head.assignment_version} is not an authority-sequenced drain "
-            "terminal"
+            "terminal",
+            reason=Refusal.PREDECESSOR_SUPERSEDED,
         )
     return terminal
 
@@ -290,13 +327,17 @@ async def _frozen_predecessor(
         async with within_deadline(ctx.clock, deadline, "stopped source-drain predecessor read"):
             predecessor = await ctx.snapshots.load_version(version)
     except DeadlineExceeded as error:
-        raise RebalanceError("stopped source-drain predecessor read timed out") from error
+        raise DeadlineExceeded("stopped source-drain predecessor read timed out") from error
     if predecessor is None:
-        raise RebalanceError(
-            f"source-drain predecessor assignment {version} is unavailable after stop quorum"
+        raise Refused(
+            f"source-drain predecessor assignment {version} is unavailable after stop quorum",
+            reason=Refusal.PREDECESSOR_LOST,
         )
-    if predecessor.draining or _fence(predecessor) != expected:
-        raise RebalanceError("stopped source-drain predecessor no longer matches the frozen round")
+    if predecessor.draining or durable_fence(predecessor) != expected:
+        raise Refused(
+            "stopped source-drain predecessor no longer matches the frozen round",
+            reason=Refusal.NOT_STOPPED_PREDECESSOR,
+        )
     return predecessor
 
 
@@ -305,13 +346,11 @@ async def _pin(
 ) -> RecoveryCapsuleRef | None:
     try:
         async with within_deadline(ctx.clock, deadline, "stopped source-drain handoff pin read"):
-            return await assignment_handoff_checkpoint(ctx.authority, _fence(head))
+            return await assignment_handoff_checkpoint(ctx.authority, durable_fence(head))
     except DeadlineExceeded as error:
-        raise RebalanceError("stopped source-drain Commit handoff-pin read timed out") from error
+        raise DeadlineExceeded("stopped source-drain Commit handoff-pin read timed out") from error
 
 
-def _fence(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence:
-    try:
-        return snapshot_fence(snapshot)
-    except ShapeViolation as error:
-        raise RebalanceError(f"assignment {snapshot.assignment_version}: {error}") from error
+def _moved(message: str) -> Refused:
+    """The head, a terminal or its authority changed between two reads: the round retries."""
+    return Refused(message, reason=Refusal.HEAD_MOVED)

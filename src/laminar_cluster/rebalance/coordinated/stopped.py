@@ -41,12 +41,11 @@ from __future__ import annotations
 import logging
 from typing import Final, Protocol, runtime_checkable
 
-from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded, LaminarError
+from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.rebalance.audit.binding import durable_fence
 from laminar_cluster.rebalance.cluster.drain_acks import acked_participants
 from laminar_cluster.rebalance.cluster.slots import read_drain_acks
 from laminar_cluster.rebalance.context import RebalanceContext
@@ -54,7 +53,7 @@ from laminar_cluster.rebalance.coordinated.hooks import (
     settle_source_drain_before_recovery_release,
     settle_stopped_source_drain_after_recovery_quorum,
 )
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal
 
 logger: Final = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class StoppableEngine(Protocol):
 async def run_stopped_recovery_round(ctx: RebalanceContext) -> int | None:
     """One coordinated-recovery round for a draining head left by a missed ack quorum; the
     settled terminal version, or None when there is nothing to do or the stop quorum is not
-    complete yet. RebalanceError when a hook refuses (the next round retries)."""
+    complete yet. A hook's error when it refuses (Refused: the next round retries)."""
     controller = ctx.controller
     if not controller.is_leader() or not controller.is_recovering():
         return None
@@ -82,7 +81,7 @@ async def run_stopped_recovery_round(ctx: RebalanceContext) -> int | None:
         async with within_deadline(ctx.clock, deadline, "stopped recovery head read"):
             head = await ctx.snapshots.load()
     except DeadlineExceeded as error:
-        raise RebalanceError("stopped recovery head read timed out") from error
+        raise DeadlineExceeded("stopped recovery head read timed out") from error
     if head is None or head.drain_transition is None:
         return None
     transition = head.drain_transition
@@ -96,7 +95,7 @@ async def run_stopped_recovery_round(ctx: RebalanceContext) -> int | None:
         return None
     engine = ctx.engine
     if not isinstance(engine, StoppableEngine):
-        raise RebalanceError("the local engine cannot enter stopped recovery")
+        raise InvalidArgument("the local engine cannot enter stopped recovery")
     engine.enter_stopped_recovery()
     try:
         settled = await _settle_stopped(ctx, transition, deadline)
@@ -170,7 +169,7 @@ async def _settle_stopped(
         async with within_deadline(ctx.clock, deadline, "stopped recovery lock"):
             await lock.acquire()
     except DeadlineExceeded as error:
-        raise RebalanceError("timed out serializing stopped source-drain settlement") from error
+        raise DeadlineExceeded("timed out serializing stopped source-drain settlement") from error
     try:
         return await settle_stopped_source_drain_after_recovery_quorum(ctx, transition.predecessor)
     finally:
@@ -185,10 +184,10 @@ async def _terminal_fence(
         async with within_deadline(ctx.clock, deadline, "stopped recovery terminal read"):
             terminal = await ctx.snapshots.load_version(version)
     except DeadlineExceeded as error:
-        raise RebalanceError("stopped recovery terminal read timed out") from error
+        raise DeadlineExceeded("stopped recovery terminal read timed out") from error
     if terminal is None or terminal.draining:
-        raise RebalanceError(f"stopped recovery lost the terminal of assignment {version}")
-    try:
-        return snapshot_fence(terminal)
-    except ShapeViolation as error:
-        raise RebalanceError(f"assignment {version}: {error}") from error
+        raise Refused(
+            f"stopped recovery lost the terminal of assignment {version}",
+            reason=Refusal.TERMINAL_PRUNED,
+        )
+    return durable_fence(terminal)

@@ -19,7 +19,8 @@ piece of state §6.2 names is kept here, in memory, with the rules the control p
   then runs the injected `Checkpointer` holding `rotation_lock` shared, like any compute.
 
 Test hooks are constructor arguments: `checkpointer`, `vnode_state_ready(fence)` (default:
-ready), `adopt_hook(snapshot)` (runs before an adoption applies; may raise `ShuffleNotReady`).
+ready), `adopt_hook(snapshot)` (runs before an adoption applies; may raise Refused with reason
+`Refusal.SHUFFLE_NOT_READY`).
 Every command (not the pure reads) is appended to `calls` as `(name, summary)`.
 """
 
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import Clock, within_deadline
-from laminar_cluster.errors import InvalidArgument, LaminarError
+from laminar_cluster.errors import InvalidArgument, LaminarError, Refused, restated
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.drains import SourceDrainLedger
@@ -55,11 +56,11 @@ from laminar_cluster.rebalance.interfaces import (
     Adoption,
     CheckpointResult,
     EngineState,
-    RebalanceError,
     RecoveryCut,
     RegistrySnapshot,
     SourceDrainOutcome,
 )
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation_lock import RotationLock
 
 VnodeStateReady = Callable[[CheckpointAssignmentFence], bool]
@@ -170,7 +171,7 @@ class BaseEngine:
         """Install `fence` and `drain_transition`, reopen intake unless the engine is faulted,
         stopped or recovering, and return the bumped revision; installed=False when the
         revision moved since `revision`. A fence that does not certify the local registry (or
-        a transition that does not start at it) is a RebalanceError."""
+        a transition that does not start at it) is Refused (`rules.check_activation`)."""
         self._record(
             "activate_authority",
             f"{fence_name(fence)} transition={transition_name(drain_transition)} "
@@ -222,8 +223,8 @@ class BaseEngine:
     # -- adoption ------------------------------------------------------------------------------
     async def adopt_assignment(self, snapshot: AssignmentSnapshot, *, deadline: float) -> Adoption:
         """Run committed `snapshot` (§6.2): InvalidArgument for a draining or malformed one, a
-        no-op for versions at or below the registry's, RebalanceError on a faulted engine or a
-        snapshot certifying another boot of this node."""
+        no-op for versions at or below the registry's, Refused on a faulted engine
+        (ENGINE_FAULTED) or a snapshot certifying another boot of this node (ANOTHER_BOOT)."""
         self._record("adopt_assignment", snapshot_name(snapshot))
         require_committed(snapshot)
         async with within_deadline(self.clock, deadline, "assignment adoption"), self.adoption_lock:
@@ -231,9 +232,10 @@ class BaseEngine:
             if unchanged is not None:
                 return unchanged
             if self._state is EngineState.FAULTED:
-                raise RebalanceError(
+                raise Refused(
                     f"assignment {snapshot.assignment_version}: a faulted engine adopts only "
-                    "a recovery assignment"
+                    "a recovery assignment",
+                    reason=Refusal.ENGINE_FAULTED,
                 )
             acquired = self._acquired(snapshot)
             self._apply(snapshot)
@@ -272,7 +274,10 @@ class BaseEngine:
                 )
             cold = self._state in (EngineState.CREATED, EngineState.FAULTED)
             if acquired and not (cold and not self._installed_vnode_state):
-                raise RebalanceError("recovery adoption requires a cold bootstrap")
+                raise Refused(
+                    "recovery adoption requires a cold bootstrap",
+                    reason=Refusal.COLD_BOOTSTRAP_REQUIRED,
+                )
             self._apply(snapshot)
             self._recovery_checkpoint = recovery_checkpoint
             return Adoption(snapshot.assignment_version, acquired, recovery_required=owns)
@@ -306,9 +311,10 @@ class BaseEngine:
             if not self.drains.known(round_) and not registry_runs(
                 self._registry, transition.predecessor
             ):
-                raise RebalanceError(
+                raise Refused(
                     f"local registry v{self._registry.version} does not run the predecessor of "
-                    f"drain {round_name(round_)}"
+                    f"drain {round_name(round_)}",
+                    reason=Refusal.NOT_RUNNING_PREDECESSOR,
                 )
             self.drains.prepare(round_, transition)
 
@@ -358,7 +364,8 @@ class BaseEngine:
     # -- checkpoints ---------------------------------------------------------------------------
     async def checkpoint_until(self, *, deadline: float) -> CheckpointResult:
         """A cluster checkpoint under the installed fence and drain transition (§4.7), by the
-        injected checkpointer; success=False (never an exception) when it cannot run."""
+        injected checkpointer; success=False (never an exception) when it cannot run, with the
+        error of the kind that says what to do next (a Fenced keeps its type)."""
         self._record("checkpoint_until", fence_name(self._fence))
         try:
             async with (
@@ -367,17 +374,22 @@ class BaseEngine:
             ):
                 fence, transition = self._fence, self._transition
                 refusal = self._checkpoint_refusal()
-            if refusal is not None or fence is None:
-                return CheckpointResult(success=False, error=f"checkpoint refused: {refusal}")
+            if refusal is not None:
+                return CheckpointResult(success=False, error=refusal)
+            assert fence is not None  # no fence is a refusal
             if self.checkpointer is None:
-                return CheckpointResult(success=False, error="no checkpointer is configured")
+                return CheckpointResult(
+                    success=False, error=InvalidArgument("no checkpointer is configured")
+                )
             async with (
                 within_deadline(self.clock, deadline, "checkpoint execution"),
                 self.rotation_lock.shared(),
             ):
                 return await self.checkpointer(fence, transition, deadline=deadline)
         except LaminarError as error:
-            return CheckpointResult(success=False, error=f"checkpoint failed: {error}")
+            return CheckpointResult(
+                success=False, error=restated(error, f"checkpoint failed: {error}")
+            )
 
     # -- internals -----------------------------------------------------------------------------
     def _record(self, name: str, summary: str) -> None:
@@ -396,14 +408,20 @@ class BaseEngine:
             and not self._coordinated_recovery
         )
 
-    def _checkpoint_refusal(self) -> str | None:
+    def _checkpoint_refusal(self) -> Refused | None:
+        """Why no checkpoint may start now (Refused: NO_FENCE_INSTALLED, AUTHORITY_SUSPENDED,
+        ENGINE_NOT_RUNNING), or None."""
         if self._fence is None:
-            return "no assignment fence is installed"
-        if self._shuffle is ShuffleState.SUSPENDED:
-            return f"assignment authority for {fence_name(self._fence)} is suspended"
-        if self._state is not EngineState.RUNNING:
-            return f"the engine is {self._state.value}, not running"
-        return None
+            reason, why = Refusal.NO_FENCE_INSTALLED, "no assignment fence is installed"
+        elif self._shuffle is ShuffleState.SUSPENDED:
+            reason = Refusal.AUTHORITY_SUSPENDED
+            why = f"assignment authority for {fence_name(self._fence)} is suspended"
+        elif self._state is not EngineState.RUNNING:
+            reason = Refusal.ENGINE_NOT_RUNNING
+            why = f"the engine is {self._state.value}, not running"
+        else:
+            return None
+        return Refused(f"checkpoint refused: {why}", reason=reason)
 
     def _acquired(self, snapshot: AssignmentSnapshot) -> tuple[int, ...]:
         """Run the adopt hook, then check `snapshot` against this process."""

@@ -2,8 +2,9 @@
 §4.13, §4.18).
 
 A round is *prepared* once (every local source stops at one cut; a repeat is a no-op) and later
-*resolved* Commit or Abort (idempotent; the other verdict is refused). At most one prepared
-round is open at a time: its sources are stopped. Resolution without a preparation is accepted,
+*resolved* Commit or Abort (idempotent; the other verdict is Refused, DRAIN_RESOLVED_OTHERWISE).
+At most one prepared round is open at a time: its sources are stopped (another round is Refused,
+OTHER_DRAIN_OPEN). Resolution without a preparation is accepted,
 because a replacement source generation after coordinated recovery, or a predecessor that never
 acked, must still apply the durable verdict (§4.18). Entering stopped recovery turns the open
 round into the *stopped* round (`stopped_terminal_round`) whose source tasks are gone.
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.errors import InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.engine.rules import round_name
-from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 
 # Resolved receipts kept for `owned_source_drain_resolved`; older resolved ones are forgotten.
 MAX_DRAIN_RECEIPTS: Final = 64
@@ -58,9 +60,10 @@ class SourceDrainLedger:
         if round_ in self._receipts:
             return  # idempotent per transition (the rotation and the watcher both call it)
         if self._open is not None:
-            raise RebalanceError(
+            raise Refused(
                 f"local sources are stopped for drain {round_name(self._open)}; cannot prepare "
-                f"drain {round_name(round_)}"
+                f"drain {round_name(round_)}",
+                reason=Refusal.OTHER_DRAIN_OPEN,
             )
         self._receipts[round_] = DrainReceipt(transition=transition, prepared=True)
         self._open = round_
@@ -73,14 +76,16 @@ class SourceDrainLedger:
         if receipt is not None and receipt.outcome is not None:
             if receipt.outcome is outcome:
                 return
-            raise RebalanceError(
+            raise Refused(
                 f"drain {round_name(round_)} was already resolved {receipt.outcome.value}, not "
-                f"{outcome.value}"
+                f"{outcome.value}",
+                reason=Refusal.DRAIN_RESOLVED_OTHERWISE,
             )
         if self._open is not None and self._open != round_:
-            raise RebalanceError(
+            raise Refused(
                 f"local sources are stopped for drain {round_name(self._open)}, not "
-                f"{round_name(round_)}"
+                f"{round_name(round_)}",
+                reason=Refusal.OTHER_DRAIN_OPEN,
             )
         if receipt is None:
             self._receipts[round_] = DrainReceipt(transition=None, prepared=False, outcome=outcome)

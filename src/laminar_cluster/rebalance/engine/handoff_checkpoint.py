@@ -14,7 +14,11 @@ real is everything the control plane verifies afterwards:
    checks against `transition.predecessor` (§4.7 steps 2-3).
 
 Expected failures never raise: they come back as `CheckpointResult(success=False, error=...)`,
-the deadline passing included. Cancellation propagates.
+the deadline passing included, with the error of the kind that says what to do next: no live
+leader proof is Fenced (and a Fenced from the authority keeps its type), a transition that does
+not start at the fence is InvalidArgument, a leader outside the fence or an unknown owner map is
+Refused (LEADER_NOT_A_PARTICIPANT, OWNERS_UNKNOWN), an epoch another writer decided is
+Contended. Cancellation propagates.
 """
 
 from __future__ import annotations
@@ -41,11 +45,19 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import sha256_hex
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import (
+    Contended,
+    Fenced,
+    InvalidArgument,
+    LaminarError,
+    Refused,
+    restated,
+)
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.interfaces import CheckpointResult
+from laminar_cluster.rebalance.refusals import Refusal
 
 EMPTY_MANIFEST_SHA256: Final = sha256_hex(b"")
 EMPTY_PIPELINE: Final = PipelineIdentity(
@@ -58,7 +70,7 @@ OwnersOf = Callable[[CheckpointAssignmentFence], Sequence[int] | None]
 
 class Checkpointer(Protocol):
     """One complete cluster checkpoint under `fence` (and `transition`), decided in the leader
-    authority (§4.7). Returns success=False with a message for every expected failure."""
+    authority (§4.7). Returns success=False with the error for every expected failure."""
 
     async def __call__(
         self,
@@ -104,7 +116,9 @@ class LeaderCheckpointer:
             async with within_deadline(self.authority.clock, deadline, "handoff checkpoint"):
                 return await self._checkpoint(fence, transition, deadline=deadline)
         except LaminarError as error:
-            return CheckpointResult(success=False, error=f"handoff checkpoint failed: {error}")
+            return CheckpointResult(
+                success=False, error=restated(error, f"handoff checkpoint failed: {error}")
+            )
 
     async def _checkpoint(
         self,
@@ -115,24 +129,32 @@ class LeaderCheckpointer:
     ) -> CheckpointResult:
         proof = self.proof()
         if proof is None:
-            return _failed("no live leader proof: this process is not the leader")
+            return _failed(Fenced("no live leader proof: this process is not the leader"))
         if transition is not None and transition.predecessor != fence:
             return _failed(
-                f"drain transition {transition.predecessor.assignment_version}->"
-                f"{transition.target.assignment_version} does not start at the installed fence "
-                f"v{fence.assignment_version}"
+                InvalidArgument(
+                    f"drain transition {transition.predecessor.assignment_version}->"
+                    f"{transition.target.assignment_version} does not start at the installed "
+                    f"fence v{fence.assignment_version}"
+                )
             )
         leader = proof.owner
         if fence.participant_incarnation(leader.node_id) != leader.boot_id:
             # The authority admits a cluster outcome only from a leader inside its fence.
             return _failed(
-                f"leader node {leader.node_id} is not a participant of fence "
-                f"v{fence.assignment_version}"
+                Refused(
+                    f"leader node {leader.node_id} is not a participant of fence "
+                    f"v{fence.assignment_version}",
+                    reason=Refusal.LEADER_NOT_A_PARTICIPANT,
+                )
             )
         owners = self.owners_of(fence)
         if owners is None or not fence_matches_owner_map(fence, owners):
             return _failed(
-                f"no owner map matching fence v{fence.assignment_version} is known locally"
+                Refused(
+                    f"no owner map matching fence v{fence.assignment_version} is known locally",
+                    reason=Refusal.OWNERS_UNKNOWN,
+                )
             )
         checkpoint_id = await self._allocate(deadline=deadline)
         ref = await self._create_capsule(fence, owners, checkpoint_id)
@@ -148,8 +170,11 @@ class LeaderCheckpointer:
         )
         if isinstance(recorded, Conflict):
             return _failed(
-                f"epoch {checkpoint_id} was already decided as {recorded.winner.verdict.value} "
-                f"under fence v{_version(recorded.winner.assignment_fence)}"
+                Contended(
+                    f"epoch {checkpoint_id} was already decided as "
+                    f"{recorded.winner.verdict.value} under fence "
+                    f"v{_version(recorded.winner.assignment_fence)}"
+                )
             )
         return CheckpointResult(success=True, epoch=checkpoint_id, checkpoint_id=checkpoint_id)
 
@@ -192,8 +217,11 @@ def capsule_participants(
     )
 
 
-def _failed(message: str) -> CheckpointResult:
-    return CheckpointResult(success=False, error=f"handoff checkpoint failed: {message}")
+def _failed(error: LaminarError) -> CheckpointResult:
+    """`error`, its message prefixed, as a failed result."""
+    return CheckpointResult(
+        success=False, error=restated(error, f"handoff checkpoint failed: {error}")
+    )
 
 
 def _version(fence: CheckpointAssignmentFence | None) -> int:

@@ -7,19 +7,15 @@ from __future__ import annotations
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id, fence_matches_owner_map
 from laminar_cluster.assignment.model import validate_snapshot
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, fence_is_canonical
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.interfaces import (
-    Adoption,
-    AssignmentNamesEarlierBoot,
-    InitialState,
-    RebalanceError,
-    RegistrySnapshot,
-)
+from laminar_cluster.rebalance.interfaces import Adoption, InitialState, RegistrySnapshot
+from laminar_cluster.rebalance.refusals import Refusal
 
 
 def require_committed(snapshot: AssignmentSnapshot) -> None:
@@ -58,13 +54,16 @@ def registry_runs(registry: RegistrySnapshot, fence: CheckpointAssignmentFence) 
 
 def unchanged_adoption(registry: RegistrySnapshot, snapshot: AssignmentSnapshot) -> Adoption | None:
     """The idempotent answer for a version at or below the registry's, else None; the same
-    version with other owners is a RebalanceError."""
-    if snapshot.assignment_version > registry.version:
+    version with other owners is CorruptRecord (OWNERS_DIFFER): versions are created once."""
+    version = snapshot.assignment_version
+    if version > registry.version:
         return None
-    if snapshot.assignment_version == registry.version and snapshot.owners != registry.owners:
-        raise RebalanceError(
-            f"assignment {snapshot.assignment_version} has different owners than the local "
-            "registry at the same version"
+    if version == registry.version and snapshot.owners != registry.owners:
+        raise CorruptRecord(
+            f"assignment {version} has different owners than the local registry at the same "
+            "version",
+            key=snapshot_path(version),
+            reason=Refusal.OWNERS_DIFFER,
         )
     return Adoption(registry.version, newly_acquired=(), recovery_required=False)
 
@@ -74,7 +73,7 @@ def acquired_vnodes(
 ) -> tuple[int, ...]:
     """The vnodes `snapshot` gives this process that the registry does not; refuses a snapshot
     of another vnode count (InvalidArgument) or one giving this node's vnodes to another boot
-    (RebalanceError, §4.14 `assignment_binds_local_process`)."""
+    (Refused, ANOTHER_BOOT; §4.14 `assignment_binds_local_process`)."""
     previous = registry.owners
     if previous and len(previous) != len(snapshot.owners):
         raise InvalidArgument(
@@ -83,9 +82,10 @@ def acquired_vnodes(
         )
     owned = tuple(v for v, owner in enumerate(snapshot.owners) if owner == me.node_id)
     if owned and me not in snapshot.participants:
-        raise AssignmentNamesEarlierBoot(
+        raise Refused(
             f"assignment {snapshot.assignment_version} gives node {me.node_id}'s vnodes to "
-            "another boot"
+            "another boot",
+            reason=Refusal.ANOTHER_BOOT,
         )
     return tuple(v for v in owned if not previous or previous[v] != me.node_id)
 
@@ -96,18 +96,24 @@ def check_activation(
     fence: CheckpointAssignmentFence,
     transition: AssignmentDrainTransition | None,
 ) -> None:
-    """The fence certifies the local registry and this boot, and the transition starts at it."""
+    """The fence certifies the local registry and this boot, and the transition starts at it
+    (Refused: FENCE_NOT_LOCAL_REGISTRY, ANOTHER_BOOT, TRANSITION_NOT_AT_FENCE)."""
     if not fence_is_canonical(fence):
         raise InvalidArgument(f"{fence_name(fence)} is not canonical")
     if not registry_runs(registry, fence):
-        raise RebalanceError(
-            f"{fence_name(fence)} does not certify the local registry v{registry.version}"
+        raise Refused(
+            f"{fence_name(fence)} does not certify the local registry v{registry.version}",
+            reason=Refusal.FENCE_NOT_LOCAL_REGISTRY,
         )
     if fence.participant_incarnation(me.node_id) not in (None, me.boot_incarnation):
-        raise RebalanceError(f"{fence_name(fence)} certifies another boot of node {me.node_id}")
+        raise Refused(
+            f"{fence_name(fence)} certifies another boot of node {me.node_id}",
+            reason=Refusal.ANOTHER_BOOT,
+        )
     if transition is not None and transition.predecessor != fence:
-        raise RebalanceError(
-            f"drain transition {transition_name(transition)} does not start at {fence_name(fence)}"
+        raise Refused(
+            f"drain transition {transition_name(transition)} does not start at {fence_name(fence)}",
+            reason=Refusal.TRANSITION_NOT_AT_FENCE,
         )
 
 

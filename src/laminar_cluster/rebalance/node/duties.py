@@ -153,7 +153,13 @@ class LeaderDuties:
                 took_s=took_s,
             )
         else:
-            self.log.write("checkpoint_failed", error=result.error, took_s=took_s)
+            error = result.error
+            self.log.write(
+                "checkpoint_failed",
+                kind=None if error is None else type(error).__name__,
+                error=str(error),
+                took_s=took_s,
+            )
 
 
 def _seed_snapshot(

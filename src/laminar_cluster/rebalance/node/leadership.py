@@ -56,6 +56,12 @@ class ManagedLeadership:
         manager = self._manager
         return manager is not None and manager.grants_leadership()
 
+    def lease_known_at_s(self) -> float | None:
+        """When the running manager last learned who holds the leader lease (monotonic
+        seconds; None: not yet). For readiness (metrics.health), never for a decision."""
+        manager = self._manager
+        return None if manager is None else manager.known_at_s
+
     async def run(self, shutdown: asyncio.Event) -> None:
         """Contend until shutdown; after a fenced manager, pause one renew interval."""
         candidacy = self.candidacy

@@ -2,8 +2,22 @@
 
 It wakes on a membership change (then waits for `rebalance_debounce` of quiet) or on the audit
 tick (`watcher_poll`, first tick immediate, missed ticks skipped), and while this process is
-leader runs `try_rebalance` until it succeeds, finds nothing to do, or leadership is lost;
-failed attempts are retried every `retry_delay`. Shutdown wins every wait.
+leader runs `try_rebalance` until it succeeds, finds nothing to do, or leadership is lost.
+Shutdown wins every wait. A failed attempt is handled by the kind of its error (errors.py):
+
+* the retryable kinds (`errors.RETRYABLE`: StoreUnavailable, DeadlineExceeded, Contended,
+  Refused, InventoryChanged, and WriteOutcomeUnknown, whose read-back is the next attempt's
+  re-read of the head) are retried every `retry_delay`;
+* Fenced ends the leader work: the attempts stop at once. When the lease manager still grants
+  the very proof the attempt ran under, the durable authority has superseded that term before
+  the manager noticed, so no later attempt runs under that proof (a tick finds it and does
+  nothing) until the manager ends the term and a new one begins. A grant the manager withdrew
+  meanwhile is the ordinary loss of leadership, which the leader check before every attempt
+  handles (a re-granted proof acts again);
+* CorruptRecord, and every other LaminarError (InvalidArgument, ...), is reported: logged at
+  ERROR with the object once while the same error persists, and not retried until the next
+  audit tick or membership change (a blind retry would only repeat it);
+* anything that is not a LaminarError is a bug: it propagates and ends the node.
 """
 
 from __future__ import annotations
@@ -13,10 +27,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import RETRYABLE, Fenced, LaminarError, Refused
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal, refused_because
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 
 logger: Final = logging.getLogger(__name__)
@@ -41,7 +56,9 @@ class RebalanceLoop:
         self.ctx = ctx
         self._attempt = attempt
         self.attempts = 0  # how many times `attempt` ran (for tests and metrics)
-        self.last_error: str | None = None
+        self.last_error: LaminarError | None = None
+        self.fenced_proof: LeaderProof | None = None  # the leader term a Fenced ended
+        self._reported: tuple[type[LaminarError], str] | None = None  # logged at ERROR
 
     async def run(self, shutdown: asyncio.Event) -> None:
         ctx = self.ctx
@@ -100,7 +117,7 @@ class RebalanceLoop:
                 stop.cancel()
         if change.done() and not change.cancelled():
             outcome = change.result()
-            if isinstance(outcome, RebalanceError):
+            if isinstance(outcome, Refused):
                 closed = True
             else:
                 result = outcome
@@ -112,22 +129,57 @@ class RebalanceLoop:
     async def _attempt_until_settled(self, shutdown: asyncio.Event) -> None:
         ctx = self.ctx
         while not shutdown.is_set():
-            if not ctx.controller.is_leader():
-                return
+            proof = ctx.controller.capture_leader_proof()
+            if proof is None or proof == self.fenced_proof:
+                return  # not the leader, or only under a term that was fenced
             live = ctx.controller.assignable_instances()
             self.attempts += 1
             try:
                 settled = await self._attempt(ctx, live)
-            except (LaminarError, ValueError) as error:
-                self.last_error = str(error)
-                logger.warning("rebalance attempt failed; retrying: %s", error)
+            except LaminarError as error:
+                self.last_error = error
+                if not self._retries(error, proof):
+                    return
                 if await self._sleep(shutdown, ctx.config.retry_delay_s):
                     return
                 continue
             self.last_error = None
+            self._reported = None
             if settled is not None:
                 logger.info("rotated to assignment %d", settled)
             return
+
+    def _retries(self, error: LaminarError, proof: LeaderProof) -> bool:
+        """Whether a failed attempt is retried after `retry_delay` (module docstring)."""
+        if isinstance(error, Fenced):
+            if self.ctx.controller.capture_leader_proof() == proof:
+                self.fenced_proof = proof  # the authority superseded it; the manager lags
+            logger.warning(
+                "leader term of token %d was fenced; leader work stops: %s",
+                proof.fencing_token,
+                error,
+            )
+            return False
+        if isinstance(error, RETRYABLE):
+            logger.warning("rebalance attempt failed; retrying: %s", error)
+            return True
+        self._report(error)
+        return False
+
+    def _report(self, error: LaminarError) -> None:
+        """ERROR once, naming the object, while the same error persists; DEBUG on repeats."""
+        key: str | None = getattr(error, "key", None)  # CorruptRecord and store answers name one
+        seen = (type(error), f"{key}: {error}")
+        level = logging.DEBUG if seen == self._reported else logging.ERROR
+        self._reported = seen
+        logger.log(
+            level,
+            "rebalance attempt stopped by %s (object %s); not retried before the next audit "
+            "tick: %s",
+            type(error).__name__,
+            key or "unnamed",
+            error,
+        )
 
     async def _sleep(self, shutdown: asyncio.Event, seconds: float) -> bool:
         """Sleep, or return True early on shutdown."""
@@ -140,9 +192,11 @@ class RebalanceLoop:
         return True
 
 
-async def _settled(changed: Awaitable[int]) -> int | RebalanceError:
+async def _settled(changed: Awaitable[int]) -> int | Refused:
     """The watch result, with a closed watch as a value (a TaskGroup must not fail)."""
     try:
         return await changed
-    except RebalanceError as error:
+    except Refused as error:
+        if not refused_because(error, Refusal.MEMBERS_WATCH_CLOSED):
+            raise
         return error

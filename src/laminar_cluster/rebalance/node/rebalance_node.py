@@ -29,7 +29,10 @@ arguments:
   node's TaskGroup after the core tasks (their store requests counted under `purpose`; like
   every task, cancelled `SHUTDOWN_GRACE_S` after shutdown if still running);
 * `store_wrapper(store)`: wraps the caller's store under the node's request counter (metrics);
-* `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to.
+* `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to;
+* `restoring()`: the vnodes the engine still restores, for the report each process lease
+  renewal carries (`membership.records.NodeReport`, with the request counts by kind and the
+  engine's assignment version; none without it).
 
 While a factory runs, `store`, `decisions` and `authority` are already set on the node.
 """
@@ -51,6 +54,7 @@ from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership.discovery import Discovery
 from laminar_cluster.membership.leave import keep_renewed
 from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
+from laminar_cluster.membership.records import NodeReport, node_report
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
@@ -127,10 +131,13 @@ class RebalanceNode:
         extra_tasks: ExtraTasks | None = None,
         store_wrapper: StoreWrapper | None = None,
         metrics: PlacementSink | None = None,
+        restoring: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         self.requests = PurposeCountingStore(
             store if store_wrapper is None else store_wrapper(store)
         )
+        self._counting_since_s = clock.monotonic()
+        self._restoring = restoring
         self.store: ObjectStore = self.requests
         self.clock = clock
         self.config = config
@@ -149,6 +156,7 @@ class RebalanceNode:
         self.decisions: DecisionStore | None = None
         self.authority: LeaderLeaseStore | None = None
         self.controller: StoreClusterController | None = None
+        self.leadership: ManagedLeadership | None = None
         self.engine: BaseEngine | None = None
         self.ctx: RebalanceContext | None = None
         self._duties: LeaderDuties | None = None
@@ -190,7 +198,9 @@ class RebalanceNode:
         deadline (`node_startup`)."""
         config, clock = self.config, self.clock
         deadline = clock.monotonic() + STARTUP_TIMEOUT_S
-        holder = ProcessLeaseHolder(self.store, clock, config.node_id, ttl_s=config.ttl_s)
+        holder = ProcessLeaseHolder(
+            self.store, clock, config.node_id, ttl_s=config.ttl_s, report=self._report
+        )
         self.holder = holder
         acquired = await acquire_lease(holder, clock, deadline=deadline)
         predecessor = acquired.predecessor
@@ -203,6 +213,7 @@ class RebalanceNode:
         await activate_lease(holder, clock, deadline=deadline)
         self.log.write("active", term=acquired.record.lease.term)
         leadership, loop = self._assemble(holder)
+        self.leadership = leadership
         assert self.controller is not None
         await first_members(self.controller, clock, deadline=deadline)
         return holder, leadership, loop
@@ -245,6 +256,16 @@ class RebalanceNode:
         )
         return leadership, RebalanceLoop(self.ctx, attempt=self._attempt)
 
+    def _report(self) -> NodeReport:
+        """What the next process lease write carries for operators (no store request)."""
+        engine = self.engine
+        return node_report(
+            self.requests.requests,
+            self.clock.monotonic() - self._counting_since_s,
+            0 if engine is None else engine.registry().version,
+            () if self._restoring is None else self._restoring(),
+        )
+
     def _owners_of(self, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
         """The owner map of `fence` when it is the version the local engine runs."""
         engine = self.engine
@@ -264,8 +285,10 @@ class RebalanceNode:
             before = self.requests.count_of("rebalance")
             try:
                 settled = await rebalance_attempt(ctx, live)
-            except (LaminarError, ValueError) as error:
-                self.log.write("rebalance_failed", error=str(error), live=list(live))
+            except LaminarError as error:
+                self.log.write(
+                    "rebalance_failed", kind=type(error).__name__, error=str(error), live=list(live)
+                )
                 raise
             if settled is not None:
                 self.rotations += 1

@@ -13,7 +13,9 @@ left), so its audit (`audit_head_with_authority`, the seed's
 `audit_materialized_drain_with_authority`) works on the snapshot store and the optional
 authority alone. It checks the same durable edges as `audits.audit_snapshot_authority_outcome`
 (decision, exact committed predecessor, verdict or staged proposal), but not the recovery
-checkpoint pin state, which only matters to a process that adopts the generation.
+checkpoint pin state, which only matters to a process that adopts the generation. Its errors
+are those of `audit.drain` (CorruptRecord for contradicting durable objects, Refused for what a
+re-read may settle), plus Refused (NO_AUTHORITY) without the authority.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 from typing import Final
 
 from laminar_cluster.assignment.model import snapshot_fence, to_vnode_vec
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.assignment_decisions import (
@@ -30,18 +33,26 @@ from laminar_cluster.authority.assignment_decisions import (
     assignment_recovery_decision,
 )
 from laminar_cluster.clock import Clock, within_deadline
-from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
+from laminar_cluster.codec.shape import ShapeViolation, reading
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    InvalidArgument,
+    LaminarError,
+    Refused,
+    restated,
+)
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
     audit_snapshot_authority_outcome,
     finalized_drain_outcome,
+    predecessor_lost,
     verdict_outcome,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal
 
 logger: Final = logging.getLogger(__name__)
 
@@ -59,11 +70,12 @@ async def startup_committed_assignment(
         if not head.draining:
             return head
         transition = await ctx.snapshots.load_drain_transition(version)
-        if transition is None:
-            raise RebalanceError(f"draining startup assignment {version} has no exact transition")
-        if head.drain_transition != transition:
-            raise RebalanceError(
-                f"draining startup assignment {version} does not match its durable transition"
+        if transition is None or head.drain_transition != transition:
+            what = "has no exact" if transition is None else "does not match its durable"
+            raise CorruptRecord(
+                f"draining startup assignment {version} {what} transition",
+                key=snapshot_path(version),
+                reason=Refusal.DECISION_MISMATCH,
             )
         prior = await _retained_predecessor(ctx.snapshots, version, transition)
         await _audit(ctx, prior, deadline, f"audit retained assignment {version - 1} authority")
@@ -74,20 +86,25 @@ async def _retained_predecessor(
     snapshots: AssignmentSnapshotStore, version: int, transition: AssignmentDrainTransition
 ) -> AssignmentSnapshot:
     prior_version = version - 1
+    key = snapshot_path(version)
     if prior_version < 1:
-        raise RebalanceError(f"draining assignment {version} has no retained committed predecessor")
+        raise CorruptRecord(
+            f"draining assignment {version} has no retained committed predecessor",
+            key=key,
+            reason=Refusal.RETAINED_PREDECESSOR_NOT_BOUND,
+        )
     prior = await snapshots.load_version(prior_version)
     if prior is None:
-        raise RebalanceError(
-            f"draining assignment {version} has no retained committed predecessor {prior_version}"
+        raise Refused(
+            f"draining assignment {version} has no retained committed predecessor {prior_version}",
+            reason=Refusal.PREDECESSOR_LOST,
         )
-    if prior.draining:
-        raise RebalanceError(
-            f"draining assignment {version} has a draining predecessor {prior_version}"
-        )
-    if _fence_or_none(prior) != transition.predecessor:
-        raise RebalanceError(
-            f"draining assignment {version} does not bind retained predecessor {prior_version}"
+    if prior.draining or _fence_or_none(prior) != transition.predecessor:
+        what = "has a draining" if prior.draining else "does not bind retained"
+        raise CorruptRecord(
+            f"draining assignment {version} {what} predecessor {prior_version}",
+            key=key,
+            reason=Refusal.RETAINED_PREDECESSOR_NOT_BOUND,
         )
     return prior
 
@@ -97,12 +114,10 @@ async def _audit(
 ) -> None:
     try:
         await audit_snapshot_authority_outcome(ctx, snapshot, deadline=deadline)
-    except RebalanceError as error:
-        raise RebalanceError(f"{what}: {error}") from error
     except DeadlineExceeded:
         raise
     except LaminarError as error:
-        raise RebalanceError(f"{what}: {error}") from error
+        raise restated(error, f"{what}: {error}") from error
 
 
 async def wait_until_drained(
@@ -154,7 +169,7 @@ async def _drained(
     version = head.assignment_version
     try:
         await audit_head_with_authority(snapshots, authority, head)
-    except RebalanceError as error:
+    except LaminarError as error:
         logger.warning(
             "wait_until_drained: assignment %d authority audit failed: %s", version, error
         )
@@ -176,7 +191,8 @@ async def audit_head_with_authority(
     `audit_materialized_drain_with_authority`): nothing for a draining head or version 1;
     a drain terminal needs its decision, its exact committed predecessor and a matching
     verdict; a recovery generation needs its decision, its staged proposal and its exact
-    committed predecessor. Both need `authority`; RebalanceError otherwise."""
+    committed predecessor. Both need `authority`; Refused (NO_AUTHORITY) otherwise. A malformed
+    record becomes CorruptRecord naming `snapshot`."""
     version = snapshot.assignment_version
     if snapshot.draining or version == 1:
         return
@@ -184,17 +200,17 @@ async def audit_head_with_authority(
         transition = await snapshots.load_drain_transition(version)
         if authority is None:
             kind = "drain terminal" if transition is not None else "successor"
-            raise RebalanceError(
-                f"materialized assignment {kind} {version} has no cluster authority"
+            raise Refused(
+                f"materialized assignment {kind} {version} has no cluster authority",
+                reason=Refusal.NO_AUTHORITY,
             )
-        if transition is None:
-            await _audit_recovery_edge(snapshots, authority, snapshot)
-        else:
-            await _audit_drain_edge(snapshots, authority, snapshot, transition)
-    except RebalanceError:
-        raise
-    except (LaminarError, ShapeViolation) as error:
-        raise RebalanceError(f"assignment {version} authority audit: {error}") from error
+        with reading(snapshot_path(version)):
+            if transition is None:
+                await _audit_recovery_edge(snapshots, authority, snapshot)
+            else:
+                await _audit_drain_edge(snapshots, authority, snapshot, transition)
+    except LaminarError as error:
+        raise restated(error, f"assignment {version} authority audit: {error}") from error
 
 
 async def _audit_drain_edge(
@@ -204,21 +220,28 @@ async def _audit_drain_edge(
     transition: AssignmentDrainTransition,
 ) -> None:
     version = snapshot.assignment_version
+    key = snapshot_path(version)
     decision = await assignment_drain_decision(authority, version)
     if decision is None:
-        raise RebalanceError(
-            f"assignment {version}: materialized drain outcome without an authority decision"
+        raise CorruptRecord(
+            f"assignment {version}: materialized drain outcome without an authority decision",
+            key=key,
+            reason=Refusal.NO_AUTHORITY_DECISION,
         )
     if decision.transition != transition:
-        raise RebalanceError(
-            f"assignment {version}: the drain decision names a different transition"
+        raise CorruptRecord(
+            f"assignment {version}: the drain decision names a different transition",
+            key=key,
+            reason=Refusal.DECISION_MISMATCH,
         )
     await _committed_predecessor(snapshots, version, transition.predecessor)
     outcome = finalized_drain_outcome(transition, snapshot)
     if outcome is not verdict_outcome(decision.verdict):
-        raise RebalanceError(
+        raise CorruptRecord(
             f"assignment {version}: materialized {outcome.value} contradicts the authority "
-            f"verdict {decision.verdict.value}"
+            f"verdict {decision.verdict.value}",
+            key=key,
+            reason=Refusal.TERMINAL_MISMATCH,
         )
 
 
@@ -226,15 +249,20 @@ async def _audit_recovery_edge(
     snapshots: AssignmentSnapshotStore, authority: LeaderLeaseStore, snapshot: AssignmentSnapshot
 ) -> None:
     version = snapshot.assignment_version
+    key = snapshot_path(version)
     decision = await assignment_recovery_decision(authority, version)
     if decision is None:
-        raise RebalanceError(
-            f"assignment {version} has no drain transition or recovery authority decision"
+        raise CorruptRecord(
+            f"assignment {version} has no drain transition or recovery authority decision",
+            key=key,
+            reason=Refusal.NO_AUTHORITY_DECISION,
         )
     proposal = await snapshots.load_recovery_proposal_snapshot(decision.proposal)
     if proposal != snapshot or _fence_or_none(proposal) != decision.target:
-        raise RebalanceError(
-            f"assignment {version} does not match its authorized recovery proposal"
+        raise CorruptRecord(
+            f"assignment {version} does not match its authorized recovery proposal",
+            key=key,
+            reason=Refusal.DECISION_MISMATCH,
         )
     await _committed_predecessor(snapshots, version, decision.predecessor)
 
@@ -244,10 +272,12 @@ async def _committed_predecessor(
 ) -> None:
     predecessor = await snapshots.load_version(version - 1)
     if predecessor is None:
-        raise RebalanceError(f"assignment {version}: lost predecessor {version - 1}")
+        raise predecessor_lost(version)
     if predecessor.draining or _fence_or_none(predecessor) != expected:
-        raise RebalanceError(
-            f"assignment {version}: successor does not bind its exact committed predecessor"
+        raise CorruptRecord(
+            f"assignment {version}: successor does not bind its exact committed predecessor",
+            key=snapshot_path(version),
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
         )
 
 

@@ -31,6 +31,10 @@ Deviation: a cluster outcome must name its leader in its fence (checkpoint §3.3
 that is not a participant of the predecessor fence (a replacement boot, T48/T53) cannot record
 that Abort. It logs and leaves the attempt to the pin and the monotonic outcome order, which
 already prevent it from ever committing.
+
+Errors: an attempt not (yet) exactly settled as Abort is Refused (INFLIGHT_NOT_SETTLED), as is a
+pin, head or decision that moved (RECOVERY_PIN_MOVED); artifacts of another deployment are
+CorruptRecord (INFLIGHT_FOREIGN); no live leader proof is Fenced.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from laminar_cluster.checkpoint.records import (
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.errors import CorruptRecord, Fenced, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
@@ -73,7 +78,7 @@ from laminar_cluster.rebalance.audit.results import (
     PinState,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import ObjectMeta
 
 logger: Final = logging.getLogger(__name__)
@@ -134,12 +139,12 @@ async def settle_predecessor_checkpoint(
             return
         _require_exact_abort(winner, attempt.checkpoint_id, deployment_id, recovery)
         if await cluster_outcome(ctx.authority, attempt.checkpoint_id) != winner:
-            raise RebalanceError(f"{what}: the Abort of attempt {attempt.checkpoint_id} moved")
+            raise _unsettled(f"{what}: the Abort of attempt {attempt.checkpoint_id} moved")
         await _require_pin(ctx.authority, recovery)
         decisions = ctx.authority.require_decisions()
         remaining = await attempt_capsules(decisions, attempt.checkpoint_id)
         if any(capsule not in attempt.capsules for capsule in remaining):
-            raise RebalanceError(f"{what}: the artifacts of the aborted attempt changed")
+            raise _unsettled(f"{what}: the artifacts of the aborted attempt changed")
 
 
 async def _checked_recovery(
@@ -149,7 +154,7 @@ async def _checked_recovery(
     version = snapshot.assignment_version
     state, predecessor = audited.recovery, audited.predecessor
     if state is None or predecessor is None or audited.target_version != version:
-        raise RebalanceError(f"assignment {version} is not an audited recovery generation")
+        raise InvalidArgument(f"assignment {version} is not an audited recovery generation")
     target = snapshot_fence(snapshot)
     pin_target = target
     if state.state is PinState.PROPAGATED and state.successor is not None:
@@ -164,9 +169,10 @@ async def _checked_recovery(
             and decision.recovery_checkpoint != state.checkpoint
         )
     ):
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {version}: its authority decision changed during predecessor "
-            "checkpoint settlement"
+            "checkpoint settlement",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     return _Recovery(version, predecessor, target, pin_target, state)
 
@@ -190,9 +196,10 @@ async def in_flight_attempt(ctx: RebalanceContext, recovery: _Recovery) -> InFli
     }
     if foreign:
         versions = sorted(fence.assignment_version for fence in foreign)
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {recovery.version}: an in-flight checkpoint is fenced by "
-            f"assignment {versions}, neither the recovery predecessor nor its target"
+            f"assignment {versions}, neither the recovery predecessor nor its target",
+            reason=Refusal.INFLIGHT_FOREIGN,
         )
     candidates = [capsule.attempt.checkpoint_id for capsule in capsules]
     allocated = await _allocation_head(decisions)
@@ -202,7 +209,7 @@ async def in_flight_attempt(ctx: RebalanceContext, recovery: _Recovery) -> InFli
         return None
     if recovery.state.state is PinState.CONSUMED:
         if capsules:
-            raise RebalanceError(
+            raise _unsettled(
                 f"recovery assignment {recovery.version}: a predecessor checkpoint is in flight "
                 "after a checkpoint under the target consumed the recovery pin"
             )
@@ -265,36 +272,41 @@ async def _preflight(ctx: RebalanceContext, recovery: _Recovery, attempt: InFlig
     await _require_pin(ctx.authority, recovery)
     head = await highest_cluster_committed_outcome(ctx.authority)
     if (None if head is None else head.recovery_capsule) != state.checkpoint:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {recovery.version}: the committed head is no longer the "
-            "recovery checkpoint"
+            "recovery checkpoint",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     if head is None or state.checkpoint is None:
         # The initial state (LA-20): nothing committed, so every attempt is newer than it.
         deployment_id = await ctx.authority.require_decisions().load_or_create_deployment_id()
         if any(capsule.deployment_id != deployment_id for capsule in attempt.capsules):
-            raise RebalanceError(
-                f"in-flight checkpoint {attempt.checkpoint_id} belongs to another deployment"
+            raise CorruptRecord(
+                f"in-flight checkpoint {attempt.checkpoint_id} belongs to another deployment",
+                reason=Refusal.INFLIGHT_FOREIGN,
             )
         return deployment_id
     index = await load_portable_cut(ctx.authority, head, state.checkpoint, recovery.predecessor)
     if index.assignment_fence != state.origin:
-        raise RebalanceError(
-            f"recovery assignment {recovery.version}: the recovery checkpoint's origin changed"
+        raise Refused(
+            f"recovery assignment {recovery.version}: the recovery checkpoint's origin changed",
+            reason=Refusal.RECOVERY_CHECKPOINT_CHANGED,
         )
     for capsule in attempt.capsules:
         if (capsule.deployment_id, capsule.pipeline_identity) != (
             index.deployment_id,
             index.pipeline_identity,
         ):
-            raise RebalanceError(
+            raise CorruptRecord(
                 f"in-flight checkpoint {attempt.checkpoint_id} belongs to another deployment or "
-                "pipeline than the recovery checkpoint"
+                "pipeline than the recovery checkpoint",
+                reason=Refusal.INFLIGHT_FOREIGN,
             )
     if attempt.checkpoint_id <= state.checkpoint.checkpoint_id:
-        raise RebalanceError(
+        raise CorruptRecord(
             f"in-flight checkpoint {attempt.checkpoint_id} is not newer than recovery "
-            f"checkpoint {state.checkpoint.checkpoint_id}"
+            f"checkpoint {state.checkpoint.checkpoint_id}",
+            reason=Refusal.INFLIGHT_FOREIGN,
         )
     return index.deployment_id
 
@@ -302,9 +314,10 @@ async def _preflight(ctx: RebalanceContext, recovery: _Recovery, attempt: InFlig
 async def _require_pin(authority: LeaderLeaseStore, recovery: _Recovery) -> None:
     pin = await assignment_handoff_pin_on(authority, recovery.pin_target)
     if pin is None or pin.checkpoint != recovery.state.checkpoint:
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {recovery.version}: the recovery checkpoint pin moved during "
-            "predecessor checkpoint settlement"
+            "predecessor checkpoint settlement",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
 
 
@@ -327,7 +340,7 @@ async def _settlement(
         return existing
     current = ctx.controller.capture_leader_proof()
     if current is None:
-        raise RebalanceError("predecessor checkpoint settlement requires a live leader proof")
+        raise Fenced("predecessor checkpoint settlement requires a live leader proof")
     owner = current.owner
     if recovery.predecessor.participant_incarnation(owner.node_id) != owner.boot_id:
         logger.warning(
@@ -373,8 +386,13 @@ def _require_exact_abort(
         and outcome.leader_proof is not None
     )
     if not exact:
-        raise RebalanceError(
+        raise _unsettled(
             f"recovery assignment {recovery.version}: in-flight checkpoint {checkpoint_id} was "
             f"settled as {outcome.verdict.value} (epoch {outcome.epoch}), not as an exact Abort "
             "under the predecessor fence"
         )
+
+
+def _unsettled(message: str) -> Refused:
+    """The predecessor's in-flight attempt is not (or no longer) exactly settled as Abort."""
+    return Refused(message, reason=Refusal.INFLIGHT_NOT_SETTLED)

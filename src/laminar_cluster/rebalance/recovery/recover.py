@@ -18,6 +18,11 @@ restores cold from the recovery checkpoint.
 
 Pruning after materialization runs inline and best effort (`finalize.prune_after`), not in a
 background task: STYLE forbids tasks outside a TaskGroup, and an inline prune cannot be lost.
+
+Errors: no live leader proof is Fenced; a process that still renews is Refused (PROCESS_RENEWED,
+from the fencing); a head or pin that moved, a lagging adoption or an engine that is not cold
+is Refused; a staged proposal, materialized winner or pending decision that contradicts the
+decision is CorruptRecord (DECISION_MISMATCH).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import logging
 from typing import Final
 
 from laminar_cluster.assignment.model import snapshot_fence
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Conflict, Rotated
 from laminar_cluster.authority.assignment_decisions import (
@@ -38,7 +44,14 @@ from laminar_cluster.authority.cluster_outcome_reads import highest_cluster_comm
 from laminar_cluster.authority.handoff_pins import assignment_handoff_pin_on
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
-from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    Fenced,
+    InvalidArgument,
+    Refused,
+    restated,
+)
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentRecoveryDecision
 from laminar_cluster.rebalance.audit.binding import (
@@ -55,16 +68,12 @@ from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
     try_suspend_recovery_assignment_authority,
 )
-from laminar_cluster.rebalance.interfaces import (
-    EngineState,
-    RebalanceError,
-    cut_name,
-    recovery_cut,
-)
+from laminar_cluster.rebalance.interfaces import EngineState, cut_name, recovery_cut
 from laminar_cluster.rebalance.recovery.inflight import (
     abort_predecessor_checkpoint_for_recovery,
     settle_predecessor_checkpoint,
 )
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import prune_after
 
 __all__ = [
@@ -108,34 +117,36 @@ async def authorize_recovery_successor(
     deadline = ctx.controller.process_fencing_deadline(ctx.config.checkpoint_timeout_s)
     removed = removed_predecessor_processes(predecessor, target)
     if not removed:
-        raise RebalanceError(f"recovery assignment {version} removes no predecessor process")
+        raise InvalidArgument(f"recovery assignment {version} removes no predecessor process")
     # S14: every removed process is lease-fenced before anything is recorded.
     fences = await close_local_assignment_authority(ctx, target, removed, deadline=deadline)
     async with within_deadline(ctx.clock, deadline, f"recovery assignment {version} staging"):
         ref = await ctx.snapshots.stage_recovery_proposal(proposal)
         if await ctx.snapshots.load() != current:
-            raise RebalanceError(
+            raise Refused(
                 f"recovery assignment {version}: head advanced while process fencing was in "
-                "progress"
+                "progress",
+                reason=Refusal.HEAD_MOVED,
             )
     await audit_snapshot_authority_outcome(ctx, current, deadline=deadline)
     for participant in target.participants:
         if not await ctx.controller.verify_current_process_incarnation(
             participant, deadline=ctx.head_deadline()
         ):
-            raise RebalanceError(
+            raise Refused(
                 f"recovery assignment {version}: successor process node-{participant.node_id} "
-                f"boot {participant.boot_incarnation} is not the current durable lease owner"
+                f"boot {participant.boot_incarnation} is not the current durable lease owner",
+                reason=Refusal.NO_LIVE_INCARNATION,
             )
     async with within_deadline(ctx.clock, deadline, f"recovery assignment {version} checkpoint"):
         checkpoint = await choose_recovery_checkpoint(ctx, predecessor)
     proof = ctx.controller.capture_leader_proof()
     if proof is None:
-        raise RebalanceError(f"recovery assignment {version} requires a live leader proof")
+        raise Fenced(f"recovery assignment {version} requires a live leader proof")
     try:
         request = new_recovery_decision(predecessor, target, ref, fences, checkpoint, proof)
     except InvalidArgument as error:
-        raise RebalanceError(f"recovery assignment {version} decision refused: {error}") from error
+        raise restated(error, f"recovery assignment {version} decision refused: {error}") from error
     recorded = await record_assignment_recovery_decision(
         ctx.authority, proof, request, ctx.snapshots, deadline=deadline
     )
@@ -166,19 +177,22 @@ async def choose_recovery_checkpoint(
     if head is None and pin is None:
         return None
     if head is None or head.recovery_capsule is None:
-        raise RebalanceError(
-            f"recovery from assignment {version} requires a committed cluster checkpoint"
+        raise Refused(
+            f"recovery from assignment {version} requires a committed cluster checkpoint",
+            reason=Refusal.NO_COMMITTED_CHECKPOINT,
         )
     head_ref = head.recovery_capsule
     if found is not None and pin != head_ref:
-        raise RebalanceError(
+        raise Refused(
             f"recovery from assignment {version}: the handoff pin ({cut_name(pin)}) is not "
-            f"the latest committed cluster checkpoint (epoch {head.epoch})"
+            f"the latest committed cluster checkpoint (epoch {head.epoch})",
+            reason=Refusal.RECOVERY_PIN_MOVED,
         )
     if found is None and head.assignment_fence != predecessor:
-        raise RebalanceError(
+        raise Refused(
             f"recovery from assignment {version}: latest committed cluster checkpoint (epoch "
-            f"{head.epoch}) does not bind the recovery predecessor"
+            f"{head.epoch}) does not bind the recovery predecessor",
+            reason=Refusal.NO_COMMITTED_CHECKPOINT,
         )
     await load_portable_cut(ctx.authority, head, head_ref, predecessor)
     return head_ref
@@ -195,8 +209,9 @@ async def materialize_recovery_decision(
     async with within_deadline(ctx.clock, deadline, f"recovery assignment {version} install"):
         proposal = await ctx.snapshots.load_recovery_proposal_snapshot(decision.proposal)
         if snapshot_fence(proposal) != decision.target:
-            raise RebalanceError(
-                f"recovery assignment {version}: the staged proposal is not the decided target"
+            raise CorruptRecord(
+                f"recovery assignment {version}: the staged proposal is not the decided target",
+                reason=Refusal.DECISION_MISMATCH,
             )
         replaced = certifies_another_boot(proposal, ctx.me)
         if not replaced:
@@ -206,8 +221,11 @@ async def materialize_recovery_decision(
     if isinstance(result, Conflict):
         durable = result.winner
     if durable != proposal:
-        raise RebalanceError(
-            f"recovery assignment {version}: the materialized winner is not the authorized proposal"
+        raise CorruptRecord(
+            f"recovery assignment {version}: the materialized winner is not the authorized "
+            "proposal",
+            key=snapshot_path(version),
+            reason=Refusal.DECISION_MISMATCH,
         )
     if replaced:
         # Deviation from §4.9 step 4 (which errs): the decision is durable and names our
@@ -244,9 +262,11 @@ async def reconcile_pending_recovery_decision(
     if decision is None:
         return None
     if decision.predecessor != snapshot_fence(current):
-        raise RebalanceError(
+        raise CorruptRecord(
             f"pending recovery decision {target_version} does not name assignment "
-            f"{current.assignment_version} as its predecessor"
+            f"{current.assignment_version} as its predecessor",
+            key=snapshot_path(current.assignment_version),
+            reason=Refusal.DECISION_MISMATCH,
         )
     return await materialize_recovery_decision(
         ctx, decision, timeout_s=ctx.config.checkpoint_timeout_s
@@ -262,9 +282,10 @@ async def adopt_materialized_recovery_head(
     await _adopt_recovery(ctx, current, audited, deadline=deadline)
     adopted = ctx.engine.registry().version
     if adopted < current.assignment_version:
-        raise RebalanceError(
+        raise Refused(
             f"lagging local adoption of recovery assignment {current.assignment_version} did "
-            "not apply"
+            "not apply",
+            reason=Refusal.ADOPTION_LAGS,
         )
     return adopted
 
@@ -314,8 +335,9 @@ async def prepare_recovery_assignment_adoption(
     must be able to bootstrap cold. Returns the local scope."""
     version = snapshot.assignment_version
     if not await try_suspend_recovery_assignment_authority(ctx, deadline=deadline):
-        raise RebalanceError(
-            f"recovery assignment {version}: a local vnode transition is still unapplied"
+        raise Refused(
+            f"recovery assignment {version}: a local vnode transition is still unapplied",
+            reason=Refusal.VNODE_TRANSITION_UNAPPLIED,
         )
     scope = local_recovery_assignment_scope(snapshot, ctx.me)
     if scope is RecoveryScope.OWNERLESS:
@@ -338,9 +360,9 @@ async def prepare_watched_recovery_adoption(
     watcher's audit, check the cold bootstrap. Returns the engine's authority revision."""
     version = snapshot.assignment_version
     if not audited.is_recovery or audited.target_version != version:
-        raise RebalanceError(f"assignment {version} is not an audited recovery generation")
+        raise InvalidArgument(f"assignment {version} is not an audited recovery generation")
     if local_recovery_assignment_scope(snapshot, ctx.me) is not RecoveryScope.PARTICIPANT:
-        raise RebalanceError(
+        raise InvalidArgument(
             f"recovery assignment {version} does not certify this process as a participant"
         )
     await ensure_local_recovery_fault(ctx, deadline=deadline)
@@ -365,8 +387,9 @@ async def require_recovery_cold_bootstrap(
     if engine.state() not in _COLD_STATES or engine.installed_vnode_state():
         await engine.fault_for_recovery_assignment()
     if engine.state() not in _COLD_STATES or engine.installed_vnode_state():
-        raise RebalanceError(
+        raise Refused(
             f"recovery assignment {snapshot.assignment_version} requires a cold bootstrap: the "
             f"local graph is {engine.state().value} with installed vnode state "
-            f"{engine.installed_vnode_state()}"
+            f"{engine.installed_vnode_state()}",
+            reason=Refusal.COLD_BOOTSTRAP_REQUIRED,
         )

@@ -5,6 +5,11 @@ a losing request adopts the winner's verdict), then exactly one terminal object 
 the draining version. Neither write is bounded by a deadline once started (§4.19): abandoning
 them could leave a decided but unmaterialized drain, which the next attempt would only redo.
 Only the lock wait is bounded.
+
+Errors: no live leader proof is Fenced (and a Fenced from the authority keeps its type); live
+finalization while recovering is Refused (YIELDED_TO_RECOVERY), as is a stopped recovery that
+meets a Commit winner (COMMIT_WINNER); a decision or terminal that contradicts the draining
+snapshot is CorruptRecord; wrong arguments are InvalidArgument.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from laminar_cluster.assignment.model import (
     committed_target,
     snapshot_fence,
 )
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Conflict
 from laminar_cluster.authority.assignment_chain import prune_assignment_drain_decisions_before
@@ -30,12 +36,26 @@ from laminar_cluster.authority.assignment_decisions import (
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded, LaminarError
-from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    Fenced,
+    InvalidArgument,
+    LaminarError,
+    Refused,
+    restated,
+)
+from laminar_cluster.fencing import LeaderProof
+from laminar_cluster.lease.records import (
+    AssignmentDrainDecision,
+    AssignmentDrainTransition,
+    AssignmentVerdict,
+)
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
 from laminar_cluster.rebalance.audit.drain import finalized_drain_outcome, local_drain_participant
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 
 logger: Final = logging.getLogger(__name__)
 # Decision record and finalize object are not abandoned once started (§4.19); this bound only
@@ -61,18 +81,19 @@ async def finalize_drain_snapshot(
     if mode is FinalizeMode.STOPPED_RECOVERY and (
         requested is not SourceDrainOutcome.ABORT or handoff is not None
     ):
-        raise RebalanceError("stopped recovery can only abort a drain, without a handoff")
+        raise InvalidArgument("stopped recovery can only abort a drain, without a handoff")
     deadline = ctx.head_deadline()
     if mode is FinalizeMode.LIVE:
         try:
             async with within_deadline(ctx.clock, deadline, "drain finalization lock"):
                 await ctx.engine.adoption_lock.acquire()
         except DeadlineExceeded as error:
-            raise RebalanceError("timed out serializing live drain finalization") from error
+            raise DeadlineExceeded("timed out serializing live drain finalization") from error
         try:
             if ctx.controller.is_recovering():
-                raise RebalanceError(
-                    "live source-drain finalization yielded to coordinated recovery authority"
+                raise Refused(
+                    "live source-drain finalization yielded to coordinated recovery authority",
+                    reason=Refusal.YIELDED_TO_RECOVERY,
                 )
             durable, transition, outcome, proof = await _decide_and_materialize(
                 ctx, draining, predecessor, requested, handoff, mode
@@ -99,24 +120,73 @@ async def _decide_and_materialize(
     handoff: RecoveryCapsuleRef | None,
     mode: FinalizeMode,
 ) -> tuple[AssignmentSnapshot, AssignmentDrainTransition, SourceDrainOutcome, object]:
+    version = draining.assignment_version
+    transition, decision, proof = await _decide(ctx, draining, predecessor, requested, handoff)
+    winner = SourceDrainOutcome(decision.verdict.value)
+    if mode is FinalizeMode.STOPPED_RECOVERY and winner is not SourceDrainOutcome.ABORT:
+        raise Refused(
+            "stopped recovery cannot materialize the Commit authority winner for assignment "
+            f"{transition.target.assignment_version}; the round must yield",
+            reason=Refusal.COMMIT_WINNER,
+        )
+    now_ms = ctx.clock.wall_ms()
+    try:
+        proposal = (
+            committed_target(draining, now_ms=now_ms)
+            if winner is SourceDrainOutcome.COMMIT
+            else aborted_target(draining, predecessor, now_ms=now_ms)
+        )
+    except ShapeViolation as error:
+        raise CorruptRecord(
+            f"drain terminal cannot be built: {error}", key=snapshot_path(version)
+        ) from error
+    result = await ctx.snapshots.finalize_drain(draining, proposal, decision)
+    durable = result.winner if isinstance(result, Conflict) else proposal
+    if durable is None:
+        raise Refused(
+            f"assignment {version}: the drain terminal was pruned under us",
+            reason=Refusal.TERMINAL_PRUNED,
+        )
+    outcome = finalized_drain_outcome(transition, durable)
+    if outcome is not winner:
+        raise CorruptRecord(
+            f"assignment {transition.target.assignment_version}: materialized {outcome.value} "
+            f"contradicts the authority verdict {winner.value}",
+            key=snapshot_path(version),
+            reason=Refusal.TERMINAL_MISMATCH,
+        )
+    return durable, transition, outcome, proof
+
+
+async def _decide(
+    ctx: RebalanceContext,
+    draining: AssignmentSnapshot,
+    predecessor: AssignmentSnapshot,
+    requested: SourceDrainOutcome,
+    handoff: RecoveryCapsuleRef | None,
+) -> tuple[AssignmentDrainTransition, AssignmentDrainDecision, LeaderProof]:
+    """§4.8 steps 3-6: record the requested verdict, or obey the winner already recorded."""
     transition = draining.drain_transition
+    version = draining.assignment_version
     if transition is None or snapshot_fence(predecessor) != transition.predecessor:
-        raise RebalanceError(
-            f"assignment {draining.assignment_version}: finalization needs the draining "
-            "snapshot and its exact predecessor"
+        raise InvalidArgument(
+            f"assignment {version}: finalization needs the draining snapshot and its exact "
+            "predecessor"
         )
     proof = ctx.controller.capture_leader_proof()
     if proof is None:
-        raise RebalanceError("drain finalization requires a live leader proof")
-    if requested is SourceDrainOutcome.COMMIT and handoff is None:
-        raise RebalanceError("a drain commit requires its handoff checkpoint")
-    if requested is SourceDrainOutcome.ABORT and handoff is not None:
-        raise RebalanceError("a drain abort carries no handoff checkpoint")
+        raise Fenced("drain finalization requires a live leader proof")
+    if (requested is SourceDrainOutcome.COMMIT) != (handoff is not None):
+        raise InvalidArgument(
+            "a drain commit requires its handoff checkpoint"
+            if handoff is None
+            else "a drain abort carries no handoff checkpoint"
+        )
     verdict = AssignmentVerdict(requested.value)
     try:
         request = new_drain_decision(transition, proof, verdict, handoff)
     except LaminarError as error:
-        raise RebalanceError(f"drain decision refused: {error}") from error
+        raise restated(error, f"drain decision refused: {error}") from error
     recorded = await record_assignment_drain_decision(
         ctx.authority, proof, request, deadline=ctx.deadline_in(_UNBOUNDED_WRITE_S)
     )
@@ -129,35 +199,12 @@ async def _decide_and_materialize(
             decision.verdict.value,
         )
     if decision.transition != transition:
-        raise RebalanceError("the drain decision winner names a different transition")
-    winner = SourceDrainOutcome(decision.verdict.value)
-    if mode is FinalizeMode.STOPPED_RECOVERY and winner is not SourceDrainOutcome.ABORT:
-        raise RebalanceError(
-            "stopped recovery cannot materialize the Commit authority winner for assignment "
-            f"{transition.target.assignment_version}; the round must yield"
+        raise CorruptRecord(
+            "the drain decision winner names a different transition",
+            key=snapshot_path(version),
+            reason=Refusal.DECISION_MISMATCH,
         )
-    now_ms = ctx.clock.wall_ms()
-    try:
-        proposal = (
-            committed_target(draining, now_ms=now_ms)
-            if winner is SourceDrainOutcome.COMMIT
-            else aborted_target(draining, predecessor, now_ms=now_ms)
-        )
-    except ShapeViolation as error:
-        raise RebalanceError(f"drain terminal cannot be built: {error}") from error
-    result = await ctx.snapshots.finalize_drain(draining, proposal, decision)
-    durable = result.winner if isinstance(result, Conflict) else proposal
-    if durable is None:
-        raise RebalanceError(
-            f"assignment {draining.assignment_version}: the drain terminal was pruned under us"
-        )
-    outcome = finalized_drain_outcome(transition, durable)
-    if outcome is not winner:
-        raise RebalanceError(
-            f"assignment {transition.target.assignment_version}: materialized {outcome.value} "
-            f"contradicts the authority verdict {winner.value}"
-        )
-    return durable, transition, outcome, proof
+    return transition, decision, proof
 
 
 async def _adopt_locally(
@@ -191,9 +238,15 @@ def clear_settled_source_drain(
     if installed is None:
         return
     if installed != transition:
-        raise RebalanceError("a different source-drain transition is installed locally")
+        raise Refused(
+            "a different source-drain transition is installed locally",
+            reason=Refusal.TRANSITION_DIFFERS,
+        )
     if not ctx.controller.clear_checkpoint_drain_transition_if_matches(transition):
-        raise RebalanceError("the settled source-drain transition could not be cleared")
+        raise Refused(
+            "the settled source-drain transition could not be cleared",
+            reason=Refusal.TRANSITION_DIFFERS,
+        )
 
 
 async def prune_after(ctx: RebalanceContext, version: int, proof: object) -> None:

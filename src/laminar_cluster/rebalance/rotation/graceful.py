@@ -1,5 +1,11 @@
 """Graceful rotation: publish the drain, collect the exact ack quorum, take the pre-rotation
 checkpoint and finalize (spec_rebalance §4.4-§4.7; S8, S9, S10, S18).
+
+Errors keep the kind of their cause: a failure of a step after the drain was published is
+re-raised as the kind of the error that ended it (`errors.restated`), so a Fenced stays
+Fenced up to the controller loop. A missed ack quorum is Refused (ACK_QUORUM_MISSED: the next
+attempt runs the stopped-recovery round); a pre-rotation checkpoint that failed keeps its
+kind with reason HANDOFF_CHECKPOINT_FAILED.
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import (
     CorruptRecord,
     DeadlineExceeded,
+    Fenced,
     InvalidArgument,
     LaminarError,
+    Refused,
     StoreUnavailable,
     WriteOutcomeUnknown,
+    restated,
 )
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
@@ -30,7 +39,8 @@ from laminar_cluster.rebalance.audit.drain import audit_exact_drain_head, local_
 from laminar_cluster.rebalance.audit.owner_certificate import assignment_vnode_state_is_ready
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import ensure_local_recovery_fault
-from laminar_cluster.rebalance.interfaces import RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 
 logger: Final = logging.getLogger(__name__)
@@ -53,14 +63,14 @@ async def execute_graceful_rotation(
     new_owners: Sequence[int],
     participants: Sequence[FenceParticipant],
 ) -> int | None:
-    """§4.4: None when deferred, the settled version otherwise; RebalanceError on failure."""
+    """§4.4: None when deferred, the settled version otherwise (errors: module docstring)."""
     leader = ctx.controller.capture_leader_proof()
     if leader is None:
-        raise RebalanceError("graceful rotation requires a live leader proof")
+        raise Fenced("graceful rotation requires a live leader proof")
     try:
         drain = next_draining(current, new_owners, participants, leader, now_ms=ctx.clock.wall_ms())
     except ShapeViolation as error:
-        raise RebalanceError(f"drain snapshot cannot be built: {error}") from error
+        raise InvalidArgument(f"drain snapshot cannot be built: {error}") from error
     transition = drain.drain_transition
     assert transition is not None
     published = await _publish_drain(ctx, current, drain, transition)
@@ -69,7 +79,10 @@ async def execute_graceful_rotation(
     if isinstance(published, Conflict):
         winner = published.winner
         if winner is None:
-            raise RebalanceError(f"assignment {drain.assignment_version} winner was pruned")
+            raise Refused(
+                f"assignment {drain.assignment_version} winner was pruned",
+                reason=Refusal.HEAD_MOVED,
+            )
         from laminar_cluster.rebalance.recovery.recover import adopt_any
 
         await adopt_any(ctx, winner, deadline=ctx.head_deadline())
@@ -89,22 +102,23 @@ async def _publish_drain(
         async with within_deadline(ctx.clock, deadline, "graceful rotation lock"):
             await ctx.engine.adoption_lock.acquire()
     except DeadlineExceeded as error:
-        raise RebalanceError("timed out serializing graceful rotation publication") from error
+        raise DeadlineExceeded("timed out serializing graceful rotation publication") from error
     try:
         if not await _preflight(ctx, current, transition, deadline):
             return None
         try:
             reconciled = await reconcile_drain_publication(ctx, drain, current.assignment_version)
         except (InvalidArgument, CorruptRecord) as error:
-            raise RebalanceError(
-                f"conditional publication failed deterministically: {error}"
+            raise restated(
+                error, f"conditional publication failed deterministically: {error}"
             ) from error
         if isinstance(reconciled, Deferred):
             return None
         if reconciled.authority_changed:
-            raise RebalanceError(
+            raise Refused(
                 f"draining assignment {drain.assignment_version} became durable after "
-                "publication authority changed; yielding to durable drain recovery"
+                "publication authority changed; yielding to durable drain recovery",
+                reason=Refusal.PUBLICATION_AUTHORITY_CHANGED,
             )
         if isinstance(reconciled.outcome, Rotated):
             ctx.engine.validate_source_drain_snapshot(drain)
@@ -112,8 +126,9 @@ async def _publish_drain(
             if installed is None:
                 ctx.controller.publish_checkpoint_drain_transition(transition)
             elif installed != transition:
-                raise RebalanceError(
-                    "a different source-drain transition is already installed locally"
+                raise Refused(
+                    "a different source-drain transition is already installed locally",
+                    reason=Refusal.TRANSITION_DIFFERS,
                 )
         return reconciled.outcome
     finally:
@@ -129,8 +144,10 @@ async def _preflight(
     """§4.4 steps 4.1-4.4: False defers the rotation to a later attempt."""
     local = ctx.engine.registry()
     if local.version != current.assignment_version or local.owners != current.owners:
-        raise RebalanceError(
-            f"local assignment {local.version} is not the durable head {current.assignment_version}"
+        raise Refused(
+            f"local assignment {local.version} is not the durable head "
+            f"{current.assignment_version}",
+            reason=Refusal.ADOPTION_LAGS,
         )
     async with within_deadline(ctx.clock, deadline, "graceful rotation preflight"):
         if not await ctx.engine.local_vnode_state_is_ready(
@@ -141,9 +158,10 @@ async def _preflight(
         if published is None:
             return False
         if published != transition.predecessor:
-            raise RebalanceError(
+            raise Refused(
                 f"published fence of assignment {current.assignment_version} does not match "
-                "the exact assignment-adoption certificate"
+                "the exact assignment-adoption certificate",
+                reason=Refusal.NOT_ADOPTION_CERTIFICATE,
             )
         reported = await ctx.controller.read_adopted_assignments(deadline=deadline)
     return assignment_vnode_state_is_ready(transition.predecessor, reported)
@@ -210,15 +228,15 @@ async def _run_published_drain(
         try:
             await audit_exact_drain_head(ctx, drain, deadline=ctx.head_deadline())
         except LaminarError as error:
-            raise RebalanceError(f"{reason}; drain is no longer authoritative: {error}") from error
+            raise restated(error, f"{reason}; drain is no longer authoritative: {error}") from error
         ctx.controller.request_stopped_recovery(transition)
         try:
             await ensure_local_recovery_fault(ctx, deadline=ctx.head_deadline())
         except LaminarError as error:
-            raise RebalanceError(
-                f"{reason}; coordinated recovery request failed: {error}"
+            raise restated(
+                error, f"{reason}; coordinated recovery request failed: {error}"
             ) from error
-        raise RebalanceError(f"{reason}; coordinated recovery requested")
+        raise Refused(f"{reason}; coordinated recovery requested", reason=Refusal.ACK_QUORUM_MISSED)
     await audit_exact_drain_head(ctx, drain, deadline=ctx.head_deadline())
     try:
         handoff = await pre_rotation_checkpoint(ctx, transition)
@@ -226,13 +244,15 @@ async def _run_published_drain(
         try:
             await audit_exact_drain_head(ctx, drain, deadline=ctx.head_deadline())
         except LaminarError as error:
-            raise RebalanceError(f"{failure}; drain is no longer authoritative: {error}") from error
+            raise restated(
+                error, f"{failure}; drain is no longer authoritative: {error}"
+            ) from error
         try:
             await finalize_drain_snapshot(
                 ctx, drain, current, SourceDrainOutcome.ABORT, None, FinalizeMode.LIVE
             )
         except LaminarError as error:
-            raise RebalanceError(f"{failure}; assignment drain abort failed: {error}") from error
+            raise restated(error, f"{failure}; assignment drain abort failed: {error}") from error
         raise
     await audit_exact_drain_head(ctx, drain, deadline=ctx.head_deadline())
     return await finalize_drain_snapshot(
@@ -252,7 +272,10 @@ async def prepare_and_announce_local_drain(
     await ctx.engine.prepare_local_source_drain(transition, participant, deadline=deadline)
     await audit_exact_drain_head(ctx, draining, deadline=deadline)
     if ctx.controller.checkpoint_drain_transition() != transition:
-        raise RebalanceError("the locally installed drain transition changed before the ack")
+        raise Refused(
+            "the locally installed drain transition changed before the ack",
+            reason=Refusal.TRANSITION_DIFFERS,
+        )
     await ctx.controller.announce_drain_ack(transition, deadline=deadline)
 
 
@@ -277,33 +300,48 @@ async def await_drain_quorum(
 async def pre_rotation_checkpoint(
     ctx: RebalanceContext, transition: AssignmentDrainTransition
 ) -> RecoveryCapsuleRef:
-    """§4.7: a complete checkpoint under the predecessor fence, verified in the authority."""
+    """§4.7: a complete checkpoint under the predecessor fence, verified in the authority.
+    A failed checkpoint keeps its error's kind (reason HANDOFF_CHECKPOINT_FAILED); a committed
+    outcome that is not the predecessor's cut is CorruptRecord (HANDOFF_NOT_PREDECESSOR_CUT)."""
+    failed = Refusal.HANDOFF_CHECKPOINT_FAILED
     try:
         result = await ctx.engine.checkpoint_until(deadline=ctx.head_deadline())
     except LaminarError as error:
-        raise RebalanceError(f"pre-rotation checkpoint failed: {error}") from error
+        raise restated(error, f"pre-rotation checkpoint failed: {error}", reason=failed) from error
     if not result.success:
-        raise RebalanceError(result.error or "pre-rotation checkpoint did not commit")
+        if result.error is None:
+            raise Refused("pre-rotation checkpoint did not commit", reason=failed)
+        raise restated(
+            result.error, f"pre-rotation checkpoint did not commit: {result.error}", reason=failed
+        ) from result.error
     if result.continuation_error is not None:
-        raise RebalanceError(
-            f"pre-rotation checkpoint committed but cannot continue safely: "
-            f"{result.continuation_error}"
-        )
+        raise restated(
+            result.continuation_error,
+            "pre-rotation checkpoint committed but cannot continue safely: "
+            f"{result.continuation_error}",
+            reason=failed,
+        ) from result.continuation_error
     async with within_deadline(
         ctx.clock, ctx.head_deadline(), "pre-rotation checkpoint outcome read"
     ):
         outcome = await cluster_outcome(ctx.authority, result.epoch)
+    what = f"pre-rotation checkpoint {result.epoch}"
     if outcome is None:
-        raise RebalanceError(f"pre-rotation checkpoint {result.epoch} outcome disappeared")
+        raise CorruptRecord(
+            f"{what} outcome disappeared", reason=Refusal.HANDOFF_NOT_PREDECESSOR_CUT
+        )
     if (
         outcome.verdict is not CheckpointVerdict.COMMIT
         or outcome.epoch != result.epoch
         or outcome.checkpoint_id != result.checkpoint_id
         or outcome.assignment_fence != transition.predecessor
     ):
-        raise RebalanceError(
-            f"pre-rotation checkpoint {result.epoch} does not bind the predecessor cut"
+        raise CorruptRecord(
+            f"{what} does not bind the predecessor cut",
+            reason=Refusal.HANDOFF_NOT_PREDECESSOR_CUT,
         )
     if outcome.recovery_capsule is None:
-        raise RebalanceError(f"pre-rotation checkpoint {result.epoch} has no committed reference")
+        raise CorruptRecord(
+            f"{what} has no committed reference", reason=Refusal.HANDOFF_NOT_PREDECESSOR_CUT
+        )
     return outcome.recovery_capsule

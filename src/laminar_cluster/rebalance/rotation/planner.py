@@ -4,7 +4,10 @@ One attempt: audit the durable head, settle whatever a crashed leader left (orph
 pending recovery decision, lagging adoption), then plan the rendezvous target over the
 admitted successor processes and take the graceful path when every predecessor owner can
 certify its source cut, the recovery path otherwise. Returns the settled version, or None
-when there is nothing to do (or the attempt is deferred).
+when there is nothing to do (or the attempt is deferred). Errors are the errors.py kinds
+(the controller loop decides by kind, `rebalance.node.loop`): a head below or beside the local
+registry is Refused (HEAD_REGRESSED) or CorruptRecord (OWNERS_DIFFER), timeouts are
+DeadlineExceeded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from laminar_cluster.assignment.model import next_for_participants, to_vnode_vec
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import (
     rendezvous_assignment,
@@ -21,15 +25,23 @@ from laminar_cluster.assignment.rendezvous import (
     successor_participants,
 )
 from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
-from laminar_cluster.fencing import FenceParticipant
+from laminar_cluster.codec.shape import ShapeViolation, reading
+from laminar_cluster.errors import (
+    CorruptRecord,
+    DeadlineExceeded,
+    InvalidArgument,
+    LaminarError,
+    Refused,
+)
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import suspend_local_assignment_authority
-from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError, SourceDrainOutcome
+from laminar_cluster.rebalance.interfaces import EngineState, RegistrySnapshot, SourceDrainOutcome
 from laminar_cluster.rebalance.recovery import recover as recovery
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.graceful import execute_graceful_rotation
 
@@ -38,59 +50,28 @@ _CERTIFYING_STATES: Final = frozenset({"active", "draining"})
 
 
 def owners_of(snapshot: AssignmentSnapshot, vnode_count: int) -> list[int]:
-    try:
+    """The owner of each vnode of the durable `snapshot` (CorruptRecord naming it if malformed)."""
+    with reading(snapshot_path(snapshot.assignment_version)):
         return to_vnode_vec(snapshot, vnode_count)
-    except ShapeViolation as error:
-        raise RebalanceError(f"assignment {snapshot.assignment_version}: {error}") from error
 
 
 async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | None:
     """§4.3 steps 1-17."""
     head_deadline = ctx.head_deadline()
-    try:
-        async with within_deadline(ctx.clock, head_deadline, "durable assignment head audit"):
-            current = await ctx.snapshots.load()
-    except DeadlineExceeded as error:
-        raise RebalanceError("durable assignment head audit timed out") from error
-    if current is None:
-        raise RebalanceError("no snapshot on store — boot seed missing")
-    try:
-        authority = await audit_snapshot_authority_outcome(ctx, current, deadline=head_deadline)
-    except DeadlineExceeded as error:
-        raise RebalanceError("durable assignment head audit timed out") from error
+    current, authority = await _audited_head(ctx, head_deadline)
     if authority.is_recovery:
         await recovery.abort_predecessor_checkpoint_for_recovery(
             ctx, current, deadline=head_deadline
         )
     current_owners = owners_of(current, ctx.vnode_count)
     local = ctx.engine.registry()
-    if current.assignment_version < local.version:
-        raise RebalanceError(
-            f"durable assignment {current.assignment_version} regressed below local "
-            f"assignment {local.version}"
-        )
-    if current.assignment_version == local.version and tuple(current_owners) != local.owners:
-        raise RebalanceError(
-            f"durable assignment {current.assignment_version} has different owners than the "
-            "local registry at the same version"
-        )
+    _require_head_not_behind(current, current_owners, local)
     successor = authority.propagated_recovery_successor
     may_skip = (
         local.version >= current.assignment_version or ctx.engine.state() is EngineState.FAULTED
     )
     if successor is not None and may_skip:
-        settled = await recovery.reconcile_pending_recovery_decision(ctx, current)
-        if settled is None:
-            raise RebalanceError(
-                f"assignment {current.assignment_version} propagated its checkpoint pin to "
-                "missing recovery successor"
-            )
-        if settled != successor.assignment_version:
-            raise RebalanceError(
-                f"recovery successor materialized at {settled}, expected "
-                f"{successor.assignment_version}"
-            )
-        return settled
+        return await _settle_propagated_successor(ctx, current, successor)
     if current.draining:
         return await _abort_orphan_drain(ctx, current)
     if not live:
@@ -98,25 +79,21 @@ async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | Non
     successors, successor_processes = await _admitted_successors(ctx, live)
     if not successors:
         return None
-    try:
-        roster_is_live = (
-            tuple(successor_participants(current_owners, successor_processes))
-            == current.participants
-        )
-    except (InvalidArgument, ShapeViolation, ValueError, RebalanceError):
-        roster_is_live = False
     if (
         current.assignment_version > local.version
         and authority.is_recovery
         and assignment_binds_local_process(current, ctx.me)
     ):
         return await recovery.adopt_materialized_recovery_head(ctx, current)
-    if current.assignment_version > local.version and roster_is_live:
+    if current.assignment_version > local.version and _roster_is_live(
+        current, current_owners, successor_processes
+    ):
         await ctx.engine.adopt_assignment(current, deadline=head_deadline)
         adopted = ctx.engine.registry().version
         if adopted < current.assignment_version:
-            raise RebalanceError(
-                f"lagging local adoption of assignment {current.assignment_version} did not apply"
+            raise Refused(
+                f"lagging local adoption of assignment {current.assignment_version} did not apply",
+                reason=Refusal.ADOPTION_LAGS,
             )
         return adopted
     pending = await recovery.reconcile_pending_recovery_decision(ctx, current)
@@ -125,14 +102,91 @@ async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | Non
     return await _plan(ctx, current, current_owners, successors, successor_processes)
 
 
+async def _audited_head(
+    ctx: RebalanceContext, deadline: float
+) -> tuple[AssignmentSnapshot, AuditedAssignmentAuthority]:
+    """§4.3 steps 1-2: the durable head and its authority audit, bounded by `deadline`."""
+    try:
+        async with within_deadline(ctx.clock, deadline, "durable assignment head audit"):
+            current = await ctx.snapshots.load()
+        if current is None:
+            raise Refused("no snapshot on store — boot seed missing", reason=Refusal.NO_HEAD)
+        authority = await audit_snapshot_authority_outcome(ctx, current, deadline=deadline)
+    except DeadlineExceeded as error:
+        raise DeadlineExceeded("durable assignment head audit timed out") from error
+    return current, authority
+
+
+def _require_head_not_behind(
+    current: AssignmentSnapshot, current_owners: Sequence[int], local: RegistrySnapshot
+) -> None:
+    """The durable head is not below the local registry, nor another map at its version."""
+    version = current.assignment_version
+    if version < local.version:
+        # A head read before a concurrent local adoption looks like this too: re-read.
+        raise Refused(
+            f"durable assignment {version} regressed below local assignment {local.version}",
+            reason=Refusal.HEAD_REGRESSED,
+        )
+    if version == local.version and tuple(current_owners) != local.owners:
+        raise CorruptRecord(
+            f"durable assignment {version} has different owners than the local registry at the "
+            "same version",
+            key=snapshot_path(version),
+            reason=Refusal.OWNERS_DIFFER,
+        )
+
+
+async def _settle_propagated_successor(
+    ctx: RebalanceContext, current: AssignmentSnapshot, successor: CheckpointAssignmentFence
+) -> int:
+    """§4.3 step 6: materialize the recovery successor `current`'s pin was propagated to."""
+    settled = await recovery.reconcile_pending_recovery_decision(ctx, current)
+    if settled is None:
+        raise Refused(
+            f"assignment {current.assignment_version} propagated its checkpoint pin to "
+            "missing recovery successor",
+            reason=Refusal.RECOVERY_PIN_MOVED,
+        )
+    if settled != successor.assignment_version:
+        raise Refused(
+            f"recovery successor materialized at {settled}, expected "
+            f"{successor.assignment_version}",
+            reason=Refusal.HEAD_MOVED,
+        )
+    return settled
+
+
+def _roster_is_live(
+    current: AssignmentSnapshot,
+    current_owners: Sequence[int],
+    successor_processes: Sequence[FenceParticipant],
+) -> bool:
+    """The admitted successor processes are exactly `current`'s roster (§4.3 step 10)."""
+    try:
+        return (
+            tuple(successor_participants(current_owners, successor_processes))
+            == current.participants
+        )
+    except InvalidArgument:  # a roster process lost its lease-validated identity
+        return False
+
+
 async def _abort_orphan_drain(ctx: RebalanceContext, current: AssignmentSnapshot) -> int:
     """§4.3 step 7: a durable drain never stays without an outcome."""
     version = current.assignment_version
     prior = await ctx.snapshots.load_version(version - 1)
     if prior is None:
-        raise RebalanceError(f"draining assignment {version} lost committed predecessor")
+        raise Refused(
+            f"draining assignment {version} lost committed predecessor",
+            reason=Refusal.PREDECESSOR_LOST,
+        )
     if prior.draining:
-        raise RebalanceError(f"draining assignment {version} has a draining predecessor")
+        raise CorruptRecord(
+            f"draining assignment {version} has a draining predecessor",
+            key=snapshot_path(version - 1),
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
+        )
     await audit_snapshot_authority_outcome(ctx, prior, deadline=ctx.head_deadline())
     owners_of(prior, ctx.vnode_count)
     await suspend_local_assignment_authority(ctx, deadline=ctx.head_deadline())
@@ -245,7 +299,7 @@ async def _plan(
             current, new_owners, participants, now_ms=ctx.clock.wall_ms()
         )
     except ShapeViolation as error:
-        raise RebalanceError(f"recovery proposal cannot be built: {error}") from error
+        raise InvalidArgument(f"recovery proposal cannot be built: {error}") from error
     decision = await recovery.authorize_recovery_successor(ctx, current, proposal, reason)
     return await recovery.materialize_recovery_decision(
         ctx, decision, timeout_s=ctx.config.checkpoint_timeout_s

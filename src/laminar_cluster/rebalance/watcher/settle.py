@@ -19,10 +19,11 @@ from typing import Final
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.model import validate_snapshot
+from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import ShapeViolation
-from laminar_cluster.errors import DeadlineExceeded, LaminarError
+from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, LaminarError, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
@@ -33,7 +34,8 @@ from laminar_cluster.rebalance.audit.drain import (
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import suspend_local_assignment_authority
-from laminar_cluster.rebalance.interfaces import EngineState, RebalanceError, RegistrySnapshot
+from laminar_cluster.rebalance.interfaces import EngineState, RegistrySnapshot
+from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.watcher.state import WatcherState
 
 logger: Final = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ async def adoption_lock(ctx: RebalanceContext, deadline: float, what: str) -> As
         async with within_deadline(ctx.clock, deadline, what):
             await ctx.engine.adoption_lock.acquire()
     except DeadlineExceeded as error:
-        raise RebalanceError(f"timed out serializing {what}") from error
+        raise DeadlineExceeded(f"timed out serializing {what}") from error
     try:
         yield
     finally:
@@ -78,9 +80,10 @@ async def install_checkpoint_drain_transition(
         if installed is None:
             ctx.controller.publish_checkpoint_drain_transition(transition)
         elif installed != transition:
-            raise RebalanceError(
+            raise Refused(
                 f"draining assignment {draining.assignment_version}: conflicting local "
-                "source-drain transition"
+                "source-drain transition",
+                reason=Refusal.TRANSITION_DIFFERS,
             )
     return predecessor
 
@@ -103,11 +106,16 @@ async def ensure_current_assignment_authority_cached(
     async with within_deadline(ctx.clock, deadline, f"assignment {local.version} re-audit"):
         snapshot = await ctx.snapshots.load_version(local.version)
     if snapshot is None:
-        raise RebalanceError(f"committed assignment {local.version} is missing from the store")
+        raise Refused(
+            f"committed assignment {local.version} is missing from the store",
+            reason=Refusal.PREDECESSOR_LOST,
+        )
     if exact_committed_fence(snapshot, local) != expected:
-        raise RebalanceError(
+        raise CorruptRecord(
             f"committed assignment {local.version} is not the audited successor's exact "
-            "retained predecessor"
+            "retained predecessor",
+            key=snapshot_path(local.version),
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
         )
     state.cache(snapshot)
 
@@ -239,47 +247,34 @@ async def settle_observed_local_drain(
     """§4.13: resolve the local source drain of `transition` once `observed` shows its
     terminal. False while the drain is still open; True once resolved at exactly the target
     generation with identical owners (S12). `drain_deadline` None means a fresh
-    `drain_ack_timeout` when the resolution starts."""
+    `drain_ack_timeout` when the resolution starts. Refused when the durable terminal does not
+    settle this drain (DRAIN_SUPERSEDED, TERMINAL_PRUNED) or the local registry is not exactly
+    the terminal (NOT_AT_TERMINAL)."""
     target_version = transition.target.assignment_version
     if observed.draining:
         if observed.drain_transition == transition:
             return False
         if observed.assignment_version >= target_version:
-            raise RebalanceError(
+            raise Refused(
                 f"local drain to assignment {target_version} was superseded by a different "
-                f"draining assignment {observed.assignment_version}"
+                f"draining assignment {observed.assignment_version}",
+                reason=Refusal.DRAIN_SUPERSEDED,
             )
         return False
     if observed.assignment_version < target_version:
         return False
-    finalized = observed
-    if observed.assignment_version != target_version:
-        async with within_deadline(ctx.clock, adoption_deadline, "drain terminal load"):
-            loaded = await ctx.snapshots.load_version(target_version)
-        if loaded is None:
-            raise RebalanceError(
-                f"drain terminal {target_version} was pruned before local drain resolution"
-            )
-        finalized, audited = loaded, None
-    if audited is None or audited.transition != transition:
-        authority = await audit_snapshot_authority_outcome(
-            ctx, finalized, deadline=adoption_deadline
-        )
-        if authority.terminal is None:
-            raise RebalanceError(f"drain terminal {target_version}: lost drain transition history")
-        audited = authority.terminal
-    if audited.transition != transition:
-        raise RebalanceError(
-            f"drain terminal {target_version} resolves a different transition than the local drain"
-        )
+    finalized, audited = await _audited_terminal(
+        ctx, transition, observed, audited, deadline=adoption_deadline
+    )
     engine = ctx.engine
     if engine.registry().version < target_version:
         await engine.adopt_assignment(finalized, deadline=adoption_deadline)
     local = engine.registry()
     if local.version != target_version or local.owners != finalized.owners:
-        raise RebalanceError(
+        raise Refused(
             f"local assignment {local.version} is not exactly the drain terminal "
-            f"{target_version}; the source drain stays unresolved"
+            f"{target_version}; the source drain stays unresolved",
+            reason=Refusal.NOT_AT_TERMINAL,
         )
     if drain_deadline is None:
         drain_deadline = ctx.deadline_in(ctx.config.drain_ack_timeout_s)
@@ -287,3 +282,40 @@ async def settle_observed_local_drain(
         drain_id(transition), audited.outcome, deadline=drain_deadline
     )
     return True
+
+
+async def _audited_terminal(
+    ctx: RebalanceContext,
+    transition: AssignmentDrainTransition,
+    observed: AssignmentSnapshot,
+    audited: AuditedDrainOutcome | None,
+    *,
+    deadline: float,
+) -> tuple[AssignmentSnapshot, AuditedDrainOutcome]:
+    """The committed terminal at `transition`'s target (`observed` itself, or loaded when the
+    head moved past it) and its audit, which must settle exactly `transition`."""
+    target_version = transition.target.assignment_version
+    finalized = observed
+    if observed.assignment_version != target_version:
+        async with within_deadline(ctx.clock, deadline, "drain terminal load"):
+            loaded = await ctx.snapshots.load_version(target_version)
+        if loaded is None:
+            raise Refused(
+                f"drain terminal {target_version} was pruned before local drain resolution",
+                reason=Refusal.TERMINAL_PRUNED,
+            )
+        finalized, audited = loaded, None
+    if audited is None or audited.transition != transition:
+        authority = await audit_snapshot_authority_outcome(ctx, finalized, deadline=deadline)
+        if authority.terminal is None:
+            raise Refused(
+                f"drain terminal {target_version}: lost drain transition history",
+                reason=Refusal.DRAIN_SUPERSEDED,
+            )
+        audited = authority.terminal
+    if audited.transition != transition:
+        raise Refused(
+            f"drain terminal {target_version} resolves a different transition than the local drain",
+            reason=Refusal.DRAIN_SUPERSEDED,
+        )
+    return finalized, audited

@@ -47,16 +47,12 @@ from laminar_cluster.rebalance.gates import (
     suspend_local_assignment_authority,
     try_suspend_recovery_assignment_authority,
 )
-from laminar_cluster.rebalance.interfaces import (
-    Adoption,
-    AssignmentNamesEarlierBoot,
-    ShuffleNotReady,
-    SourceDrainOutcome,
-)
+from laminar_cluster.rebalance.interfaces import Adoption, SourceDrainOutcome
 from laminar_cluster.rebalance.recovery.recover import (
     prepare_watched_recovery_adoption,
     release_after_recovery_adoption,
 )
+from laminar_cluster.rebalance.refusals import Refusal, refused_because
 from laminar_cluster.rebalance.rotation.graceful import prepare_and_announce_local_drain
 from laminar_cluster.rebalance.watcher.publish import PlacementSink, publish_authority
 from laminar_cluster.rebalance.watcher.settle import (
@@ -253,7 +249,10 @@ class SnapshotWatcher(WatcherState):
             return revision
         try:
             adoption = await self._adopt(head, outcome, scope, head_deadline)
-        except ShuffleNotReady as error:
+        except STEP_FAILURES as error:
+            if not refused_because(error, Refusal.SHUFFLE_NOT_READY):
+                _log_adoption_failure(head.assignment_version, error)
+                return revision
             logger.info(
                 "assignment %d: shuffle not ready; keeping the predecessor: %s",
                 head.assignment_version,
@@ -264,9 +263,6 @@ class SnapshotWatcher(WatcherState):
             except STEP_FAILURES as cache_error:
                 logger.warning("predecessor authority not re-audited: %s", cache_error)
                 return None
-            return revision
-        except STEP_FAILURES as error:
-            _log_adoption_failure(head.assignment_version, error)
             return revision
         self.cache(head)
         revision = engine.authority_revision()
@@ -428,9 +424,10 @@ class SnapshotWatcher(WatcherState):
 
 
 def _log_adoption_failure(version: int, error: Exception) -> None:
-    """An assignment naming an earlier boot of this node is routine after a restart (INFO,
-    the leader's recovery assignment follows); any other adoption failure is a WARNING."""
-    if isinstance(error, AssignmentNamesEarlierBoot):
+    """An assignment naming an earlier boot of this node (Refusal.ANOTHER_BOOT) is routine
+    after a restart (INFO, the leader's recovery assignment follows); any other adoption
+    failure is a WARNING."""
+    if refused_because(error, Refusal.ANOTHER_BOOT):
         logger.info("%s (an earlier boot of this node); waiting for the recovery", error)
     else:
         logger.warning("assignment %d: adoption failed: %s", version, error)
