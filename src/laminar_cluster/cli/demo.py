@@ -73,7 +73,15 @@ def run_demo(
     clock = RealClock()
     started = clock.monotonic()
     timings = dataclasses.replace(timings_for(url), vnode_count=vnode_count)
-    figures, passed = asyncio.run(run_demo_scenario(url, workload, scratch, view, timings))
+    try:
+        figures, passed = asyncio.run(run_demo_scenario(url, workload, scratch, view, timings))
+    except KeyboardInterrupt:
+        error_console.print(
+            f"interrupted: kept node logs in {scratch}, store {redact_url(url)}",
+            soft_wrap=True,
+            markup=False,
+        )
+        return EXIT_INTERRUPTED
     figures["wall_s"] = round(clock.monotonic() - started, 2)
     figures["store"] = redact_url(url)
     kept = keep or not passed
@@ -93,6 +101,9 @@ def run_demo(
             markup=False,
         )
     return 0 if passed else 1
+
+
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 
 def _store_part(store_url: str | None) -> str:

@@ -74,8 +74,7 @@ MetricsPortOption = Annotated[
     option(
         "--metrics-port",
         min=0,
-        help="Serve /metrics, /livez and /readyz on --metrics-host:PORT (0: a free port, "
-        "logged).",
+        help="Serve /metrics, /livez and /readyz on --metrics-host:PORT (0: a free port, logged).",
     ),
 ]
 MetricsHostOption = Annotated[
