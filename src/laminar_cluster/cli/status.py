@@ -79,7 +79,7 @@ async def _watch(store: ObjectStore, clock: Clock, *, as_json: bool, interval_s:
         while True:
             next_s = clock.monotonic() + interval_s
             view = await reader.read(timeout_s=timeout_s)
-            live.update(render(view, footer=footer), refresh=True)
+            live.update(render(view, footer=footer, compact=True), refresh=True)
             await clock.sleep_until(next_s)
 
 

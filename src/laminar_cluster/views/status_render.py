@@ -1,6 +1,9 @@
 """The status view rendered for people: a summary, the members, and the most lagging source
 partitions, as rich renderables (`laminar-cluster status` and the demo's live display). Values
-never break mid-value: `views.output.show` widens past 80 columns when needed."""
+never break mid-value: `views.output.show` widens past 80 columns when needed; a live display
+cannot widen, so `compact` shows each boot by its first 8 characters (like a short commit id)
+to keep the members table within 80 columns. Why a member is dead or suspected is a line
+under the table."""
 
 from __future__ import annotations
 
@@ -17,9 +20,18 @@ from laminar_cluster.views.status import StatusView, leader_text
 LAG_PARTITION_ROWS_MAX: Final = 16  # the table shows the most lagging ones; JSON shows all
 
 
-def render(view: StatusView, *, footer: str | None = None) -> RenderableType:
-    """The view for people: a summary, the members table, the lag table, notes, problems."""
-    parts: list[RenderableType] = [_summary(view), _members(view)]
+BOOT_SHORT_CHARS: Final = 8
+
+
+def render(view: StatusView, *, footer: str | None = None, compact: bool = False) -> RenderableType:
+    """The view for people: a summary, the members table (and why a member is dead or
+    suspected), the lag table, notes, problems."""
+    parts: list[RenderableType] = [_summary(view), _members(view, compact)]
+    parts.extend(
+        Text(f"node {m['node']} {m['state']}: {m['why']}", style="red")
+        for m in view.members
+        if m.get("why")
+    )
     lag = _lag(view)
     if lag is not None:
         parts.append(lag)
@@ -35,7 +47,7 @@ def render(view: StatusView, *, footer: str | None = None) -> RenderableType:
 def _summary(view: StatusView) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(no_wrap=True)
+    grid.add_column()  # folds at word boundaries when the console cannot widen
     grid.add_row("store", Text(view.store))
     leader = view.leader
     if leader is None:
@@ -83,12 +95,10 @@ def _state_style(state: str) -> str:
     return "dim" if state == "left" else "red"
 
 
-def _members(view: StatusView) -> RenderableType:
+def _members(view: StatusView, compact: bool) -> RenderableType:
     if not view.members:
         return Text("no members")
-    rows = table(
-        "node", "state", "term", "vnodes", "renewed", "boot", "why", title="members", wrap=("why",)
-    )
+    rows = table("node", "state", "term", "vnodes", "renewed", "boot", title="members")
     for member in view.members:
         state = member["state"]
         leader = (
@@ -100,8 +110,7 @@ def _members(view: StatusView) -> RenderableType:
             cell(member["term"]),
             cell(member.get("vnodes", 0)),
             f"{member['last_renewal_age_ms'] / 1000:.1f} s ago",
-            member["boot"],
-            cell(member["why"]),
+            member["boot"][:BOOT_SHORT_CHARS] if compact else member["boot"],
         )
     return rows
 
