@@ -14,7 +14,7 @@ from typing import Final
 from laminar_cluster.codec import U32, U64, Digest32, Record
 from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
 
-# The most participants a checkpoint fence names (spec_checkpoint_decision §3).
+# The most participants a checkpoint fence names (CD §3).
 MAX_CHECKPOINT_PARTICIPANTS: Final = 129
 
 

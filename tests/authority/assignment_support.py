@@ -1,4 +1,4 @@
-"""Builders shared by the assignment-decision tests (spec_leader_lease §3.6, §4.5): fences whose
+"""Builders shared by the assignment-decision tests (LA §3.6, LA §4.5): fences whose
 roster holds the test owners, drain and recovery decisions, an in-memory fake of the assignment
 snapshot store (`AssignmentSnapshotSource`), and small wrappers with far deadlines.
 """

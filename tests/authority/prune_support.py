@@ -1,4 +1,4 @@
-"""Support for the history-prune tests (spec_leader_lease §4.8): a store wrapper whose object
+"""Support for the history-prune tests (LA §4.8): a store wrapper whose object
 ages follow a SimulatedClock, and builders of lease, release and outcome histories.
 
 `StampingStore` stamps every object's last_modified with the simulated wall clock at its PUT,

@@ -1,7 +1,7 @@
-"""Assignment decisions through the authority log (spec_leader_lease §3.6, §4.5; §9 scenarios
-64-69 and the S15 rules; invariants S5, S15, S16).
+"""Assignment decisions through the authority log (LA §3.6, LA §4.5; LA-T64 to
+LA-T69 and the LA-15 rules; invariants LA-5, LA-15).
 
-Scenario 64 runs on memory, file and the S3 test server, the rest on memory and file. Races go
+LA-T64 runs on memory, file and the S3 test server, the rest on memory and file. Races go
 through PausingStore; the assignment snapshot store (a higher layer) is the in-memory fake of
 `assignment_support`. Takeovers advance a SimulatedClock, never sleep.
 """
@@ -51,7 +51,7 @@ from tests.authority.assignment_support import (
 from tests.lease.pausing_store import B, PausingStore, acquired, begin
 
 
-def test_64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         auth, proof = await leader(paused)
@@ -71,18 +71,18 @@ def test_64_drain_commit_vs_abort_race(make_store: Callable[[], ObjectStore]) ->
         assert await rec_drain(auth, proof, winner) == DecisionUnchanged(winner)
         assert await rec_drain(auth, proof, loser) == DecisionConflict(winner)
         assert await assignment_drain_decision(auth, 2) == winner
-        assert await live_versions(auth) == [(2, 2)]  # S15: one decision for version 2
+        assert await live_versions(auth) == [(2, 2)]  # LA-15: one decision for version 2
 
     asyncio.run(main())
 
 
 @LOCAL
-def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent, old_proof = await leader(make_store())
         rival, proof = await successor(make_store(), incumbent)
         opened = transition(2, old_proof)  # opened by the deposed term
-        # S15: a replacement term can never Commit its predecessor's transition.
+        # LA-15: a replacement term can never Commit its predecessor's transition.
         with pytest.raises(
             InvalidArgument, match=r"a Commit requires leader_proof == transition\.leader"
         ):
@@ -92,7 +92,7 @@ def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]
         )
         with pytest.raises(InvalidArgument, match="a Commit requires leader_proof"):
             await rec_drain(rival, proof, forged)
-        with pytest.raises(Fenced):  # S5: the deposed term cannot settle it any more
+        with pytest.raises(Fenced):  # LA-5: the deposed term cannot settle it any more
             await rec_drain(incumbent, old_proof, drain(2, old_proof))
         assert await live_versions(rival) == []
         abort = new_drain_decision(opened, proof, ABORT)
@@ -104,7 +104,9 @@ def test_65_successor_can_abort_not_commit(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_66_recovery_requires_exact_removed_fences(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t66_recovery_requires_exact_removed_fences(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         good = recovery(2, proof, removed=(2, 3))
@@ -119,7 +121,7 @@ def test_66_recovery_requires_exact_removed_fences(make_store: Callable[[], Obje
         for message, fences in bad_fences.items():
             with pytest.raises(InvalidArgument, match=message):
                 await rec_recovery(auth, proof, replace(good, removed_process_fences=fences), snaps)
-        # S16: the live predecessor and the staged proposal must match the decision exactly.
+        # LA-15: the live predecessor and the staged proposal must match the decision exactly.
         snapshot_cases: list[tuple[str, Any]] = [
             ("not the exact committed assignment head", (fence(1, salt=5), False)),
             ("not the exact committed assignment head", (fence(1), True)),  # draining
@@ -168,7 +170,7 @@ def test_recovery_snapshot_errors_are_mapped(make_store: Callable[[], ObjectStor
 
 
 @LOCAL
-def test_67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         snaps = FakeSnapshots(current=(fence(2), False))
@@ -178,7 +180,7 @@ def test_67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]
         with pytest.raises(
             Refused, match="assignment drain decision already settled target version 2"
         ):
-            await rec_recovery(auth, proof, r2, snaps)  # S15: one decision per version, any kind
+            await rec_recovery(auth, proof, r2, snaps)  # LA-15: one decision per version, any kind
         assert await rec_recovery(auth, proof, r3, snaps) == DecisionCreated(r3)
         with pytest.raises(
             Refused, match="assignment recovery decision already settled target version 3"
@@ -206,7 +208,7 @@ def test_67_drain_and_recovery_share_chain(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         auth, proof = await leader(paused)
@@ -246,7 +248,7 @@ def test_68_assignment_floor_compacts(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_69_takeover_fences_delayed_recovery_decision(
+def test_la_t69_takeover_fences_delayed_recovery_decision(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -262,7 +264,7 @@ def test_69_takeover_fences_delayed_recovery_decision(
                 await gate.wait_reached()
                 rival, _ = await successor(make_store(), incumbent)  # wins seq 2
                 gate.release.set()
-        assert failed.group_contains(Fenced, match="newer leader term")  # S5
+        assert failed.group_contains(Fenced, match="newer leader term")  # LA-5
         assert await assignment_recovery_decision(rival, 2) is None
         assert (await head_of(rival)).lease.owner == B
 
@@ -270,7 +272,7 @@ def test_69_takeover_fences_delayed_recovery_decision(
 
 
 @LOCAL
-def test_69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         decision = recovery(2, proof)
@@ -280,7 +282,7 @@ def test_69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectSt
             await materialize_assignment_recovery(auth, 2, snaps)
         assert await rec_recovery(auth, proof, decision, snaps) == DecisionCreated(decision)
         assert await materialize_assignment_recovery(auth, 2, snaps) == ("rotated", 2)
-        assert snaps.materialized == [decision.proposal]  # S16: exactly the admitted proposal
+        assert snaps.materialized == [decision.proposal]  # LA-15: exactly the admitted proposal
         snaps.proposals[decision.proposal.sha256] = fence(2, (1, 2), salt=3)  # replaced content
         with pytest.raises(CorruptRecord, match="proposal does not match its target"):
             await materialize_assignment_recovery(auth, 2, snaps)
@@ -295,7 +297,7 @@ def test_69_materialize_only_admitted_proposal(make_store: Callable[[], ObjectSt
 
 
 @LOCAL
-def test_s15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]) -> None:
+def test_la15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, first = await leader(make_store())
         second = acquired(await begin(auth)).proof()  # a new term of the same owner: token 2
@@ -313,7 +315,7 @@ def test_s15_only_the_opening_term_commits(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_s15_versions_strictly_increase(make_store: Callable[[], ObjectStore]) -> None:
+def test_la15_versions_strictly_increase(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         auth, proof = await leader(make_store())
         for version in (2, 5):  # gaps are allowed

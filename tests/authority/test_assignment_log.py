@@ -1,5 +1,5 @@
-"""Assignment decisions on the authority log, the protocol edges (spec_leader_lease §4.5.1,
-§4.5.5, §4.5.6, §11.1, §11.2; invariants S5, S21, S22): fencing of stale or foreign proofs, lost
+"""Assignment decisions on the authority log, the protocol edges (LA §4.5.1, LA §4.5.5, LA §4.5.6,
+LA §11.1, LA §11.2; invariants LA-5, LA-11, LA-21): fencing of stale or foreign proofs, lost
 responses, same-term contention, the caller's deadline, chain corruption, the live-link bound.
 
 All on memory and file; races and lost responses go through PausingStore.
@@ -81,7 +81,7 @@ def test_decisions_require_the_exact_current_term(make_store: Callable[[], Objec
                 await prune(auth, wrong, 3)
         with pytest.raises(Fenced, match="floor proof is not canonical"):
             await prune(auth, replace(proof, fencing_token=0), 3)
-        assert (await head_of(auth)).lease.seq == 1  # S5: nothing was admitted
+        assert (await head_of(auth)).lease.seq == 1  # LA-5: nothing was admitted
 
     asyncio.run(main())
 
@@ -93,7 +93,7 @@ def test_ambiguous_decision_create_reports_unchanged(make_store: Callable[[], Ob
         auth, proof = await leader(paused)
         decision = drain(2, proof)
         paused.pause_put(record_path(2), fail_after_apply=True).release.set()
-        assert await rec_drain(auth, proof, decision) == DecisionUnchanged(decision)  # §11.2
+        assert await rec_drain(auth, proof, decision) == DecisionUnchanged(decision)  # LA §11.2
         assert await live_versions(auth) == [(2, 2)]
 
     asyncio.run(main())
@@ -126,7 +126,7 @@ def test_delayed_decision_retries_after_same_term_renewal(
 def test_contended_after_own_record_landed_is_unchanged(
     make_store: Callable[[], ObjectStore],
 ) -> None:
-    """§11.1: our record was created, but a reader repaired the pointer and another append
+    """LA §11.1: our record was created, but a reader repaired the pointer and another append
     published past it before our pointer update: the winner's chain holds our decision."""
 
     async def main() -> None:
@@ -192,7 +192,7 @@ async def _publish(store: ObjectStore, record: LeaderAuthorityRecord) -> None:
 
 @LOCAL
 def test_audit_fails_closed_on_a_broken_chain(make_store: Callable[[], ObjectStore]) -> None:
-    """S21: hand-written histories whose records are each valid but whose chain is not."""
+    """LA-11: hand-written histories whose records are each valid but whose chain is not."""
 
     async def main() -> None:
         store = make_store()
@@ -233,10 +233,10 @@ def test_audit_fails_closed_on_a_broken_chain(make_store: Callable[[], ObjectSto
 
 
 @LOCAL
-def test_live_link_budget_refuses(
+def test_la21_live_link_budget_refuses(
     make_store: Callable[[], ObjectStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """S22: the live chain never outgrows its audit bound, so the floor can always advance."""
+    """LA-21: the live chain never outgrows its audit bound, so the floor can always advance."""
 
     async def main() -> None:
         monkeypatch.setattr(assignment_chain, "MAX_LIVE_AUTHORITY_LINKS", 2)

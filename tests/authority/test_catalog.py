@@ -1,6 +1,6 @@
-"""The one-time catalog seal (spec_leader_lease §3.9, §4.7, §8.8; §9 scenarios 82-85; S20).
+"""The one-time catalog seal (LA §3.9, LA §4.7, LA §8.8; LA-T82 to LA-T85; LA-17).
 
-Scenario 82 runs on memory, file and the S3 test server; the others on memory and file.
+LA-T82 runs on memory, file and the S3 test server; the others on memory and file.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ async def rival_takes_over(
     return rival, acquired(await takeover(rival, observation))
 
 
-def test_82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         first = authority(store, 1)
@@ -90,7 +90,7 @@ def test_82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) 
         assert head.lease.catalog_manifest == encode_and_reference(MANIFEST)[1]
         assert await load_sealed_catalog_manifest(first) == MANIFEST
         assert isinstance(await seal(first, lease.proof()), SealExistingIdentical)
-        with pytest.raises(Refused, match="already sealed"):  # S20: sealed once
+        with pytest.raises(Refused, match="already sealed"):  # LA-17: sealed once
             await seal(first, lease.proof(), manifest_of("orders"))
         assert await record_seqs(store) == [1, 2]
 
@@ -98,7 +98,7 @@ def test_82_seal_idempotent_and_conflict(make_store: Callable[[], ObjectStore]) 
 
 
 @LOCAL
-def test_83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -109,7 +109,7 @@ def test_83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> No
             await gate.wait_reached()
             rival, taken = await rival_takes_over(store)
             gate.release.set()
-        assert isinstance(paused.result(), Fenced)  # S5
+        assert isinstance(paused.result(), Fenced)  # LA-5
         assert counters(taken) == (2, 2, 2)
         head = await rival.load_record()
         assert head is not None and head.lease.catalog_manifest is None
@@ -119,7 +119,7 @@ def test_83_seal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> No
 
 
 @LOCAL
-def test_83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -141,7 +141,7 @@ def test_83_seal_retries_after_renewal(make_store: Callable[[], ObjectStore]) ->
 
 
 @LOCAL
-def test_83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -162,7 +162,7 @@ def test_83_takeover_preserves_seal(make_store: Callable[[], ObjectStore]) -> No
 
 
 @LOCAL
-def test_84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -188,7 +188,7 @@ def test_84_preexisting_corrupt_blob(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_85_renewals_copy_only_ref(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t85_renewals_copy_only_ref(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -241,7 +241,7 @@ def test_ambiguous_seal_reports_existing_identical(make_store: Callable[[], Obje
             await seal(leader, lease.proof())
         store.fail_next_put_after_apply(catalog_manifest_path(ref.sha256))  # lands, reply lost
         store.fail_next_put_after_apply(record_path(2))
-        # §11.2: an ambiguous append whose write applied is ExistingIdentical, never Created.
+        # LA §11.2: an ambiguous append whose write applied is ExistingIdentical, never Created.
         assert isinstance(await seal(leader, lease.proof()), SealExistingIdentical)
         assert await load_sealed_catalog_manifest(leader) == MANIFEST
         assert (await store.get(catalog_manifest_path(ref.sha256))).body == data

@@ -1,4 +1,4 @@
-"""The outcome-audit cache (spec_leader_lease §4.4.3 "Cache"; §9 scenario 63).
+"""The outcome-audit cache (LA §4.4.3 "Cache"; LA-T63).
 
 One entry per authority instance, keyed by (outcome_head, commit_head, floor), tagged with the
 highest sequence seen for the key; single-flighted cold audits; failures never cached; an
@@ -45,7 +45,7 @@ def _snapshot(epoch: int) -> OutcomeSnapshot:
     return OutcomeSnapshot(outcomes=(), terminal_links=(_key(epoch)[0],), commit_links=())
 
 
-def test_63_audit_cache_install_is_sequence_monotone() -> None:
+def test_la_t63_audit_cache_install_is_sequence_monotone() -> None:
     cache = AuditCache()
     newer, older = _snapshot(10), _snapshot(5)
     cache.install(_key(10), 10, newer)
@@ -67,7 +67,7 @@ def test_63_audit_cache_install_is_sequence_monotone() -> None:
 
 
 @LOCAL
-def test_63_audit_cache(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t63_audit_cache(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = TrackingStore(make_store())
         writer = open_leader(store, 1)
@@ -120,7 +120,9 @@ def test_63_audit_cache(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_63_older_audit_cannot_replace_newer_entry(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t63_older_audit_cannot_replace_newer_entry(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         store = TrackingStore(make_store())
         writer = open_leader(store, 1)

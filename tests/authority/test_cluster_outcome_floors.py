@@ -1,5 +1,5 @@
-"""The artifact floor, its recovery-cut preflight and capsule maintenance (spec_leader_lease
-§4.4.4, §4.4.5, §4.4.7-§4.4.9; §9 scenarios 58-62; invariants S13, S14).
+"""The artifact floor, its recovery-cut preflight and capsule maintenance
+(LA §4.4.4, LA §4.4.5, LA §4.4.7 to LA §4.4.9; LA-T58 to LA-T62; invariants LA-14).
 
 All on memory and file. The caller's artifact preflight is a recording callback; races during
 it (a renewal, an outcome, a takeover) run inside the callback itself.
@@ -78,7 +78,7 @@ async def three_commits(store: ObjectStore) -> tuple[LeaderLeaseStore, LeaderPro
 
 @LOCAL
 @pytest.mark.parametrize("damage", ["missing", "corrupt"])
-def test_58_floor_requires_live_cut(make_store: Callable[[], ObjectStore], damage: str) -> None:
+def test_la_t58_floor_requires_live_cut(make_store: Callable[[], ObjectStore], damage: str) -> None:
     async def main() -> None:
         store = make_store()
         leader, proof = await three_commits(store)
@@ -97,7 +97,7 @@ def test_58_floor_requires_live_cut(make_store: Callable[[], ObjectStore], damag
             await prune(leader, proof, 3, check)
         assert isinstance(caught.value.__cause__, CorruptRecord)
         assert check.cuts == []  # the capsule is checked before the caller's artifacts
-        assert await record_seqs(store) == before  # S14: the floor is unchanged
+        assert await record_seqs(store) == before  # LA-14: the floor is unchanged
         assert (await head(leader)).outcome_floor is None
         # No floor, so no capsule GC: the older capsules are all still there.
         step = await maintain_cluster_recovery_capsules(leader)
@@ -108,7 +108,7 @@ def test_58_floor_requires_live_cut(make_store: Callable[[], ObjectStore], damag
 
 
 @LOCAL
-def test_59_preflight_failure_blocks_floor(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t59_preflight_failure_blocks_floor(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, proof = await three_commits(store)
@@ -130,7 +130,7 @@ def test_59_preflight_failure_blocks_floor(make_store: Callable[[], ObjectStore]
 
 
 @LOCAL
-def test_60_covered_horizon_no_preflight(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t60_covered_horizon_no_preflight(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, proof = await three_commits(store)
@@ -167,7 +167,7 @@ def test_60_covered_horizon_no_preflight(make_store: Callable[[], ObjectStore]) 
 
 @LOCAL
 @pytest.mark.parametrize("during", ["renewal", "outcome", "takeover"])
-def test_61_races_during_preflight(make_store: Callable[[], ObjectStore], during: str) -> None:
+def test_la_t61_races_during_preflight(make_store: Callable[[], ObjectStore], during: str) -> None:
     async def main() -> None:
         store = make_store()
         leader, proof = await three_commits(store)
@@ -206,7 +206,7 @@ def test_61_races_during_preflight(make_store: Callable[[], ObjectStore], during
 
 
 @LOCAL
-def test_62_capsule_gc_bounded_and_retryable(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t62_capsule_gc_bounded_and_retryable(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = TrackingStore(make_store(), prefix=CAPSULES_PREFIX, get_delay_s=0.002)
         leader = open_leader(store, 1)

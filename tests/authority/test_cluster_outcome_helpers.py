@@ -1,4 +1,4 @@
-"""Builders shared by the cluster-outcome tests (spec_leader_lease §4.4; no tests here).
+"""Builders shared by the cluster-outcome tests (LA §4.4; no tests here).
 
 Each "process" is a `LeaderLeaseStore` with its own SimulatedClock and DecisionStore over the
 same store. Wall clocks start in 2096 so that the history prune's grace (local wall time vs the
@@ -154,7 +154,7 @@ replace = msgspec.structs.replace
 
 
 async def prune_now(leader: LeaderLeaseStore) -> tuple[int, ...]:
-    """Run the history prune (spec §4.8.2) with no grace; the deleted sequences."""
+    """Run the history prune (LA §4.8.2) with no grace; the deleted sequences."""
     report = await prune_history(leader, 0)
     return report.deleted_records
 

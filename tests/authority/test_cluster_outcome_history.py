@@ -1,10 +1,10 @@
-"""Outcome chains and their compaction (spec_leader_lease §3.5, §4.4.3, §4.4.6, §4.8.2; §9
-scenarios 42-44 and 53-56; invariants S11-S14, S21, S22).
+"""Outcome chains and their compaction (LA §3.5, LA §4.4.3, LA §4.4.6, LA §4.8.2;
+LA-T42 to LA-T44 and LA-T53 to LA-T56; invariants LA-13, LA-14, LA-11, LA-21).
 
-42-44 hand-edit durable records (each edit is valid on its own, so only the chain audit can see
-it) and write them over the original, bypassing the create-only rule on purpose. 53-56 build
-long histories: Aborts where the scenario allows, real capsules for Commits, and for 56 a
-4096-Commit history written record by record. "Prune and restart" is the real history prune
+LA-T42 to LA-T44 hand-edit durable records (each edit is valid on its own, so only the chain audit
+can see it) and write them over the original, bypassing the create-only rule on purpose. LA-T53 to
+LA-T56 build long histories: Aborts where the scenario allows, real capsules for Commits, and for
+LA-T56 a 4096-Commit history written record by record. "Prune and restart" is the real history prune
 followed by a fresh authority instance (empty audit cache) on the same store.
 """
 
@@ -77,7 +77,7 @@ async def cached_snapshot(leader: LeaderLeaseStore) -> OutcomeSnapshot:
 
 
 @LOCAL
-def test_42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -99,7 +99,7 @@ def test_42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -
             await cluster_attempt_settlement(cold, CheckpointAttempt.canonical(3))
         with pytest.raises(CorruptRecord, match="does not meet durable floor"):
             await record(cold, proof, 66)
-        # S21: the prune proves the chains before deleting anything, and cannot.
+        # LA-11: the prune proves the chains before deleting anything, and cannot.
         with pytest.raises(CorruptRecord):
             await prune_now(cold)
         assert await record_seqs(store) == before
@@ -108,7 +108,7 @@ def test_42_rewritten_floor_anchor_link(make_store: Callable[[], ObjectStore]) -
 
 
 @LOCAL
-def test_43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -133,7 +133,7 @@ def test_43_rewritten_outcome_back_link(make_store: Callable[[], ObjectStore]) -
 
 
 @LOCAL
-def test_44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -157,7 +157,7 @@ def test_44_commit_link_to_abort(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -176,7 +176,7 @@ def test_53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
         deleted = await prune_now(leader)
         assert set(deleted) == set(range(1, 50))  # epochs 1..48 and the first lease record
         restarted = open_leader(store, 2)
-        assert await cluster_outcome(restarted, 48) == anchor  # S13: the anchor is by value
+        assert await cluster_outcome(restarted, 48) == anchor  # LA-14: the anchor is by value
         assert await cluster_outcome(restarted, 47) is None
         assert await cluster_outcome(restarted, 1) is None
         dominator = await cluster_attempt_settlement(restarted, CheckpointAttempt.canonical(1))
@@ -191,7 +191,7 @@ def test_53_automatic_compaction(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = open_leader(store, 1)
@@ -207,13 +207,13 @@ def test_54_lagged_commit_survives_compaction(make_store: Callable[[], ObjectSto
         assert await highest_cluster_committed_outcome(restarted) == commit
         assert await cluster_outcome(restarted, 1) == commit
         assert await cluster_outcome(restarted, 2) is None  # a compacted Abort
-        assert conflict(await record(restarted, proof, 1)) == commit  # S11: still decided
+        assert conflict(await record(restarted, proof, 1)) == commit  # LA-13: still decided
 
     asyncio.run(main())
 
 
 @LOCAL
-def test_55_mixed_history_260(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t55_mixed_history_260(make_store: Callable[[], ObjectStore]) -> None:
     commits = {1, 2, 50, 100, 150, 190, 193, 200, 230, 260}
 
     async def main() -> None:
@@ -297,7 +297,7 @@ def _commit_record(seq: int, deployment_id: str) -> LeaderAuthorityRecord:
 
 
 @pytest.mark.parametrize("backend", ["memory"])
-def test_56_commit_capacity(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t56_commit_capacity(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -311,7 +311,7 @@ def test_56_commit_capacity(make_store: Callable[[], ObjectStore]) -> None:
         store.reset_log()
         with pytest.raises(Refused, match="advance the artifact-retention horizon"):
             await record(leader, proof, nxt, commit=True)
-        assert store.count("put", record_path(nxt)) == 0  # S22: nothing appended
+        assert store.count("put", record_path(nxt)) == 0  # LA-21: nothing appended
         assert (await head(leader)).lease.seq == MAX_LIVE_AUTHORITY_LINKS
         # An Abort needs no Commit capacity: it compacts the terminal history, then lands.
         assert created(await record(leader, proof, nxt)).epoch == nxt

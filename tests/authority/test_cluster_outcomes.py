@@ -1,9 +1,9 @@
-"""Cluster checkpoint outcomes through the leader log (spec_leader_lease §4.4.1, §4.4.2; §9
-scenarios 45-52 and 57; invariants S5, S11-S13).
+"""Cluster checkpoint outcomes through the leader log (LA §4.4.1, LA §4.4.2;
+LA-T45 to LA-T52 and LA-T57; invariants LA-5, LA-13, LA-14).
 
-Scenarios 45, 46, 47 and 50 run on memory, file and the S3 test server; the rest on memory and
-file. Paused creates and lost responses go through PausingStore; takeovers wait out the ttl on
-the rival's SimulatedClock.
+LA-T45, LA-T46, LA-T47 and LA-T50 run on memory, file and the S3 test server; the rest on memory and
+file. Paused creates and lost responses go through PausingStore; takeovers wait out the ttl on the
+rival's SimulatedClock.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ async def raises(awaitable: Awaitable[object]) -> BaseException:
     raise AssertionError("expected an exception")
 
 
-def test_45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         proof = await elect(leader)
@@ -89,12 +89,12 @@ def test_45_outcome_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         proof = await elect(leader)
         commit = created(await record(leader, proof, 3, commit=True))
-        # S11: one outcome per epoch, forever; the caller must obey the winner.
+        # LA-13: one outcome per epoch, forever; the caller must obey the winner.
         assert conflict(await record(leader, proof, 3)) == commit
         assert conflict(await record(open_leader(make_store(), 2), proof, 3)) == commit
         assert unchanged(await record(leader, proof, 3, commit=True)) == commit
@@ -107,7 +107,7 @@ def test_46_outcome_conflict(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -122,7 +122,7 @@ def test_47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
         for bad in (stale_next, foreign, zero, LeaderProof(owner=nil_boot, fencing_token=1)):
             with pytest.raises(Fenced):
                 await record(leader, bad, 1)
-        # S5: nothing is written by a proof that does not name the durable term.
+        # LA-5: nothing is written by a proof that does not name the durable term.
         assert store.count("put") == 0
         assert await record_seqs(store) == [1]
 
@@ -130,7 +130,7 @@ def test_47_wrong_token_or_owner(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, rival = open_leader(store, 1), open_leader(store, 2)
@@ -153,7 +153,7 @@ def test_48_delayed_outcome_fenced_by_takeover(make_store: Callable[[], ObjectSt
 
 @LOCAL
 @pytest.mark.parametrize("winner", ["renewal", "catalog_seal", "floor_advance"])
-def test_49_delayed_outcome_retries_after_same_term_append(
+def test_la_t49_delayed_outcome_retries_after_same_term_append(
     make_store: Callable[[], ObjectStore], winner: str
 ) -> None:
     async def main() -> None:
@@ -195,14 +195,14 @@ def test_49_delayed_outcome_retries_after_same_term_append(
     asyncio.run(main())
 
 
-def test_50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
         proof = await elect(leader)
         gate = store.pause_put(record_path(2), fail_after_apply=True)
         gate.release.set()  # do not hold it: apply, then lose the response
-        outcome = unchanged(await record(leader, proof, 7))  # never Created (spec §11.2)
+        outcome = unchanged(await record(leader, proof, 7))  # never Created (LA §11.2)
         assert outcome.epoch == 7
         assert await cluster_outcomes(open_leader(store, 2)) == (outcome,)
         assert await record_seqs(store) == [1, 2]
@@ -212,7 +212,7 @@ def test_50_ambiguous_outcome_create(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_51_ambiguous_outcome_compacted_before_reconcile(
+def test_la_t51_ambiguous_outcome_compacted_before_reconcile(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -240,7 +240,7 @@ def test_51_ambiguous_outcome_compacted_before_reconcile(
 
 
 @LOCAL
-def test_52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = open_leader(store, 1)
@@ -279,7 +279,7 @@ def test_52_non_advancing_checkpoint(make_store: Callable[[], ObjectStore]) -> N
 
 
 @LOCAL
-def test_57_settlement_exact_or_dominator(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t57_settlement_exact_or_dominator(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)
         assert await cluster_attempt_settlement(leader, CheckpointAttempt.canonical(1)) is None

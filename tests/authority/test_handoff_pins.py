@@ -1,4 +1,4 @@
-"""The assignment handoff pin (spec_rebalance §2.5, §2.6, §2.9; `lease/handoff_pins`), derived
+"""The assignment handoff pin (RB §2.5, RB §2.6, RB §2.9; `lease/handoff_pins`), derived
 from the durable decision chain and the cluster outcomes, and its enforcement: a cluster Commit
 not fenced by the active pin's target is refused, the pinned checkpoint outlives outcome pruning,
 and decisions without (or with a stray) checkpoint reference are refused on write and on read.
@@ -206,6 +206,18 @@ async def no_check(_: CheckpointOutcome) -> None:
     return None
 
 
+async def committed_drain(
+    store: ObjectStore,
+) -> tuple[LeaderLeaseStore, LeaderProof, CheckpointOutcome]:
+    """A leader whose drain v1 -> v2 committed on the handoff checkpoint of epoch 1 (under v1):
+    the pin is (fence(2), that checkpoint)."""
+    leader = open_leader(store, 1)
+    proof = await elect(leader)
+    handoff = created(await commit(leader, proof, 1, fence(1)))
+    await drain(leader, proof, fence(1), fence(2), COMMIT, ref_of(handoff))
+    return leader, proof, handoff
+
+
 @LOCAL
 def test_commit_pin_on_target_consumed_by_a_commit_under_it(
     make_store: Callable[[], ObjectStore],
@@ -246,15 +258,12 @@ def test_commit_pin_on_target_consumed_by_a_commit_under_it(
 
 
 @LOCAL
-def test_commit_under_another_fence_refused_while_pinned_then_accepted(
+def test_la19_commit_under_another_fence_refused_while_pinned_then_accepted(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        leader = open_leader(make_store(), 1)
-        proof = await elect(leader)
+        leader, proof, _ = await committed_drain(make_store())
         f1, f2, other = fence(1), fence(2), fence(7, salt=9)
-        handoff = created(await commit(leader, proof, 1, f1))
-        await drain(leader, proof, f1, f2, COMMIT, ref_of(handoff))
         for epoch, under in ((2, other), (3, f1)):
             with pytest.raises(Refused, match=PIN) as refused:
                 await commit(leader, proof, epoch, under)
@@ -273,11 +282,8 @@ def test_abort_pins_predecessor_cut_to_rollback_fence(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        leader = open_leader(make_store(), 1)
-        proof = await elect(leader)
-        f1, f2, f3 = fence(1), fence(2), fence(3)
-        handoff = created(await commit(leader, proof, 1, f1))
-        await drain(leader, proof, f1, f2, COMMIT, ref_of(handoff))
+        leader, proof, _ = await committed_drain(make_store())
+        f2, f3 = fence(2), fence(3)
         created(await commit(leader, proof, 2, f2))  # consumes the Commit pin
         cut = created(await commit(leader, proof, 3, f2))  # the predecessor's latest cut
         assert await pin_of(leader) is None
@@ -302,11 +308,8 @@ def test_abort_retargets_an_unconsumed_commit_pin(make_store: Callable[[], Objec
     """Upstream: "Abort must retarget the predecessor Commit pin to its rollback generation"."""
 
     async def main() -> None:
-        leader = open_leader(make_store(), 1)
-        proof = await elect(leader)
+        leader, proof, handoff = await committed_drain(make_store())
         f1, f2, f3, f4 = fence(1), fence(2), fence(3), fence(4)
-        handoff = created(await commit(leader, proof, 1, f1))
-        await drain(leader, proof, f1, f2, COMMIT, ref_of(handoff))
         # Nothing committed under f2 yet: its restore cut is the Commit pin it inherited.
         first = await drain(leader, proof, f2, f3, ABORT)
         rollback3 = rollback_fence(first)
@@ -357,11 +360,8 @@ def test_abort_of_another_predecessor_inherits_no_pin(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        leader = open_leader(make_store(), 1)
-        proof = await elect(leader)
-        f1, f2, other2, f3 = fence(1), fence(2), fence(2, salt=5), fence(3)
-        handoff = created(await commit(leader, proof, 1, f1))
-        await drain(leader, proof, f1, f2, COMMIT, ref_of(handoff))
+        leader, proof, _ = await committed_drain(make_store())
+        f1, other2, f3 = fence(1), fence(2, salt=5), fence(3)
         # Same version as the pinned target, another map: the Commit pin is not its cut.
         await drain(leader, proof, other2, f3, ABORT)
         assert await pin_of(leader) is None
@@ -375,11 +375,8 @@ def test_pin_derives_through_the_decision_floor_anchor(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        leader = open_leader(make_store(), 1)
-        proof = await elect(leader)
-        f1, f2, f3 = fence(1), fence(2), fence(3)
-        handoff = created(await commit(leader, proof, 1, f1))
-        await drain(leader, proof, f1, f2, COMMIT, ref_of(handoff))
+        leader, proof, handoff = await committed_drain(make_store())
+        f2, f3 = fence(2), fence(3)
         assert await prune_decisions(leader, proof, 3) == 3  # D2 is now the floor's anchor
         assert await live_versions(leader) == []
         assert await pin_of(leader) == HandoffPin(target=f2, checkpoint=ref_of(handoff))
@@ -468,7 +465,7 @@ def test_la20_initial_state_refused_once_a_checkpoint_committed(
 
 
 @LOCAL
-def test_pinned_checkpoint_outlives_outcome_pruning(
+def test_la19_pinned_checkpoint_outlives_outcome_pruning(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:

@@ -1,7 +1,7 @@
-"""History pruning (spec_leader_lease §4.8.2-§4.8.4; §9 scenarios 86-90 and the prune halves
-of 40 and 42; invariants S2, S22).
+"""History pruning (LA §4.8.2 to LA §4.8.4; LA-T86 to LA-T90 and the prune halves
+of 40 and 42; invariants LA-2, LA-21).
 
-Object ages follow a SimulatedClock (`prune_support.StampingStore`). Scenarios 86 and 88 run on
+Object ages follow a SimulatedClock (`prune_support.StampingStore`). LA-T86 and LA-T88 run on
 memory, file and the S3 test server; the rest on memory and file. Failure paths and the
 background scheduler are in test_prune_failures.py.
 """
@@ -25,7 +25,9 @@ from laminar_cluster.authority.outcome_audit import audit_outcomes
 from laminar_cluster.authority.prune import PruneScheduler, grace_ms_for, prune_history
 from laminar_cluster.authority.recovery_release import terminal_path
 from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.paths import RECORDS_PREFIX, RELEASE_TERMINALS_PREFIX, record_path
+from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.store import CREATE, ObjectStore
 from laminar_cluster.views.authority_audit import audit_authority
 from laminar_cluster.views.lease import decisions_of
@@ -33,6 +35,7 @@ from tests.authority.assignment_support import drain
 from tests.authority.prune_support import (
     HOUR_S,
     LOCAL,
+    StampingStore,
     compacted_history,
     counters_of,
     leader_of,
@@ -56,7 +59,7 @@ from tests.lease.pausing_store import (
 
 
 @pytest.mark.parametrize("backend", ["memory", "file", "s3"])
-def test_86_grace_period(make_store: Callable[[], ObjectStore], backend: str) -> None:
+def test_la_t86_grace_period(make_store: Callable[[], ObjectStore], backend: str) -> None:
     async def main() -> None:
         store = stamped(make_store)
         leader = leader_of(store, ttl_s=0.001)  # grace = 2 ms
@@ -76,7 +79,7 @@ def test_86_grace_period(make_store: Callable[[], ObjectStore], backend: str) ->
             store.clock.advance(0.001)  # 2 ms old: at the grace, so eligible
             scheduler.request()
             await scheduler.wait_idle()
-            assert await record_seqs(store) == [8, 9]  # S2: head and head-1 stay
+            assert await record_seqs(store) == [8, 9]  # LA-2: head and head-1 stay
             assert scheduler.failed == 0 and scheduler.last_report is not None
             assert scheduler.last_report.deleted_records == tuple(range(1, 8))
         assert leader.prune_hook is None
@@ -86,7 +89,7 @@ def test_86_grace_period(make_store: Callable[[], ObjectStore], backend: str) ->
 
 
 @LOCAL
-def test_87_prune_never_deletes_at_or_above_snapshot_head(
+def test_la_t87_prune_never_deletes_at_or_above_snapshot_head(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -114,7 +117,7 @@ def test_87_prune_never_deletes_at_or_above_snapshot_head(
 
 
 @pytest.mark.parametrize("backend", ["memory", "file", "s3"])
-def test_88_prune_lists_once_keeps_pointer_and_recent(
+def test_la_t88_prune_lists_once_keeps_pointer_and_recent(
     make_store: Callable[[], ObjectStore], backend: str
 ) -> None:
     async def main() -> None:
@@ -137,7 +140,7 @@ def test_88_prune_lists_once_keeps_pointer_and_recent(
 
 
 @LOCAL
-def test_89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
+def test_la_t89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -169,15 +172,24 @@ def test_89_prune_keeps_latest_release_admission_and_collects_orphan_terminals(
     asyncio.run(main())
 
 
+async def compacted_head(
+    make_store: Callable[[], ObjectStore],
+) -> tuple[StampingStore, LeaderLeaseStore, LeaderAuthorityRecord]:
+    """`compacted_history` on a fresh stamped store, with the head it left."""
+    store = stamped(make_store)
+    leader, _ = await compacted_history(store)
+    head = await leader.load_record()
+    assert head is not None
+    return store, leader, head
+
+
 @LOCAL
-def test_90_history_prune_keeps_live_chain_drops_compacted(
+def test_la_t90_history_prune_keeps_live_chain_drops_compacted(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        store = stamped(make_store)
-        leader, _ = await compacted_history(store)
-        head = await leader.load_record()
-        assert head is not None and head.outcome_floor is not None
+        store, leader, head = await compacted_head(make_store)
+        assert head.outcome_floor is not None
         assert head.outcome_floor.authority_before_epoch == 3
         store.clock.advance(HOUR_S)
         report = await prune_history(leader, grace_ms_for(leader.ttl_s))
@@ -206,15 +218,13 @@ def test_90_history_prune_keeps_live_chain_drops_compacted(
 
 
 @LOCAL
-def test_42_rewritten_floor_anchor_link_prune_deletes_nothing(
+def test_la_t42_rewritten_floor_anchor_link_prune_deletes_nothing(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
-        store = stamped(make_store)
-        leader, _ = await compacted_history(store)
-        head = await leader.load_record()
-        assert head is not None and head.outcome_floor is not None
+        store, _, head = await compacted_head(make_store)
         floor = head.outcome_floor
+        assert floor is not None
         assert floor.terminal_anchor_link is not None
         bad_link = msgspec.structs.replace(floor.terminal_anchor_link, sequence=4)
         edited = msgspec.structs.replace(
@@ -239,7 +249,7 @@ def test_42_rewritten_floor_anchor_link_prune_deletes_nothing(
 
 
 @LOCAL
-def test_40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = stamped(make_store)
         leader = leader_of(store)
@@ -258,7 +268,7 @@ def test_40_stray_object_fails_prune_closed(make_store: Callable[[], ObjectStore
 
 
 @LOCAL
-def test_68_prune_keeps_live_assignment_chain_drops_below_floor(
+def test_la_t68_prune_keeps_live_assignment_chain_drops_below_floor(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:

@@ -1,7 +1,7 @@
-"""History prune failure paths and the background scheduler (spec_leader_lease §4.8.1-§4.8.4,
-§6 "Background prune", §11.6-§11.7; invariants S21, S22): nothing is deleted when the retained
-set cannot be proven, the delete budget is bounded, failed deletes and a wall clock before 1970
-fail closed, and the scheduler runs one prune at a time, logs errors and honours its timeout.
+"""History prune failure paths and the background scheduler (LA §4.8.1 to LA §4.8.4, LA §6
+"Background prune", LA §11.6 to LA §11.7; invariants LA-11, LA-21): nothing is deleted when the
+retained set cannot be proven, the delete budget is bounded, failed deletes and a wall clock before
+1970 fail closed, and the scheduler runs one prune at a time, logs errors and honours its timeout.
 Memory and file.
 """
 
@@ -95,7 +95,7 @@ def test_stray_release_terminal_fails_the_terminal_gc_closed(
 
 
 @LOCAL
-def test_s22_delete_budget_is_bounded(make_store: Callable[[], ObjectStore]) -> None:
+def test_la21_delete_budget_is_bounded(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = stamped(make_store)
         budget = LEADER_LEASE_MAX_PRUNE_BATCHES * LEADER_LEASE_PRUNE_BATCH_RECORDS

@@ -1,7 +1,7 @@
-"""Recovery faults and recovery release (spec_leader_lease §3.7, §3.8, §4.6; §9 scenarios 70-81;
-invariants S17-S19).
+"""Recovery faults and recovery release (LA §3.7, LA §3.8, LA §4.6; LA-T70 to LA-T81;
+invariants LA-16).
 
-Scenarios 70 and 72 run on memory, file and the S3 test server; the others on memory and file.
+LA-T70 and LA-T72 run on memory, file and the S3 test server; the others on memory and file.
 Each "process" has its own SimulatedClock; takeovers advance simulated monotonic time.
 """
 
@@ -94,7 +94,7 @@ async def released(
     return leader, lease, terminal, ref
 
 
-def test_70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -106,7 +106,7 @@ def test_70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
         assert head is not None
         (slot,) = head.recovery_fault_slots
         assert (slot.fault_sequence, slot.active, head.recovery_fault_revision) == (2, True, 2)
-        # §3.3: a fault append moves only seq; the liveness identity is untouched.
+        # LA §3.3: a fault append moves only seq; the liveness identity is untouched.
         assert counters(head.lease) == (2, 1, 1)
         assert head.lease.liveness_identity() == lease.liveness_identity()
         inventory = await recovery_fault_inventory(leader)
@@ -116,7 +116,7 @@ def test_70_fault_idempotent(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -135,7 +135,7 @@ def test_71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
         assert head is not None
         first, second = head.recovery_fault_slots
         assert (first.publisher, first.fault_sequence) == (publisher(3), 4)
-        # The higher term replaced the slot with a new fault sequence (S17).
+        # The higher term replaced the slot with a new fault sequence (LA-16).
         assert (second.publisher, second.fault_sequence) == (publisher(5, 77, 3), 3)
         assert isinstance(await fault(leader, 5, 2, term=3, boot_n=77), Active)  # newer request
         inventory = await recovery_fault_inventory(leader)
@@ -150,7 +150,7 @@ def test_71_fault_rules(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -162,7 +162,7 @@ def test_72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> 
         (slot,) = head.recovery_fault_slots  # a tombstone of the exact cleared request
         assert (slot.publisher, slot.fault_sequence, slot.active) == (publisher(5), 2, False)
         assert head.recovery_fault_revision == 3
-        # S18: only the exact publisher of the covered fault may resume.
+        # LA-16: only the exact publisher of the covered fault may resume.
         assert await authorize_recovery_release(leader, publisher(5), terminal)
         assert not await authorize_recovery_release(leader, publisher(5, term=2), terminal)
         assert not await authorize_recovery_release(leader, publisher(5, boot_n=55), terminal)
@@ -183,7 +183,7 @@ def test_72_release_commit_happy_path(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -192,7 +192,7 @@ def test_73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
         frozen = round_of(lease.proof(), await recovery_fault_inventory(leader), owners=(5,))
         ref = await stage_recovery_release_terminal(leader, terminal_of(frozen))
         await fault(leader, 6)  # reported after the round was frozen
-        assert await commit(leader, lease, ref) == FaultsChanged()  # S17
+        assert await commit(leader, lease, ref) == FaultsChanged()  # LA-16
         head = await leader.load_record()
         assert head is not None and head.recovery_release_head is None
         assert await record_seqs(store) == [1, 2, 3]
@@ -202,7 +202,7 @@ def test_73_fault_after_freeze(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -227,7 +227,7 @@ def test_74_release_then_new_fault(make_store: Callable[[], ObjectStore]) -> Non
 
 
 @LOCAL
-def test_75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -240,7 +240,7 @@ def test_75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> 
         second = terminal_of(round_of(lease.proof(), inventory, generation=2, evidence=(6,)))
         second_ref = await stage_recovery_release_terminal(leader, second)
         assert await commit(leader, lease, second_ref) == ReleaseCreated(ref=second_ref)
-        # S19: generations are monotone; the older release now loses to the newer one.
+        # LA-16: generations are monotone; the older release now loses to the newer one.
         assert await commit(leader, lease, ref) == ReleaseConflict(winner=second_ref)
         head = await leader.load_record()
         assert head is not None
@@ -257,7 +257,7 @@ def test_75_release_generation_winner(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await released(store)
@@ -269,7 +269,7 @@ def test_76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> 
         taken = acquired(await takeover(rival, observation))
         assert counters(taken) == (4, 2, 2)
         assert await latest_recovery_release_terminal(rival) == terminal
-        # §11.13: the deposed term's retry still learns that its release is durable.
+        # LA §11.13: the deposed term's retry still learns that its release is durable.
         assert await commit(leader, lease, ref) == ReleaseUnchanged(ref=ref)
         snapshot = await recovery_admission_snapshot(rival)
         assert snapshot.committed_release == terminal and snapshot.authority_sequence == 4
@@ -280,7 +280,7 @@ def test_76_release_survives_takeover(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_77_takeover_fences_release_commit(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t77_takeover_fences_release_commit(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -321,7 +321,7 @@ def test_ambiguous_writes_settle_by_reading_back(make_store: Callable[[], Object
         store.fail_next_put_after_apply(terminal_path(terminal_ref(terminal)))
         ref = await stage_recovery_release_terminal(leader, terminal)  # settled by read-back
         store.fail_next_put_after_apply(record_path(3))
-        # Spec §4.6.5: an identical (ambiguous) append still reports Created.
+        # Spec LA §4.6.5: an identical (ambiguous) append still reports Created.
         assert await commit(leader, lease, ref) == ReleaseCreated(ref=ref)
         assert await record_seqs(store) == [1, 2, 3]
 

@@ -1,6 +1,6 @@
-"""Recovery release terminals, admission snapshots and fault-inventory bounds (spec_leader_lease
-§3.8, §4.6.3-§4.6.7, §8.7; §9 scenarios 78-81; invariants S17, S19, S21), plus the round and
-release-id rules this port defines. Split from test_recovery.py by size. Memory and file.
+"""Recovery release terminals, admission snapshots and fault-inventory bounds (LA §3.8, LA §4.6.3 to
+LA §4.6.7, LA §8.7; LA-T78 to LA-T81; invariants LA-16, LA-11), plus the round and release-id
+rules this port defines. Split from test_recovery.py by size. Memory and file.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ replace = msgspec.structs.replace
 
 
 @LOCAL
-def test_78_tombstone_compaction_no_sequence_reuse(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t78_tombstone_compaction_no_sequence_reuse(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -89,7 +91,7 @@ def test_78_tombstone_compaction_no_sequence_reuse(make_store: Callable[[], Obje
             head = await leader.load_record()
             assert head is not None and head.recovery_fault_slots == ()
         # The first reporter's request was dropped, not remembered: a re-report is a fresh fault
-        # with a larger fault sequence, never a reused one (S17).
+        # with a larger fault sequence, never a reused one (LA-16).
         again = await record_recovery_fault(leader, publisher(1000), 1, deadline=deadline(leader))
         assert isinstance(again, Active)
         (fault,) = (await recovery_fault_inventory(leader)).faults
@@ -118,14 +120,14 @@ def max_slots(count: int) -> tuple[AuthorityRecoveryFaultSlot, ...]:
 
 
 @LOCAL
-def test_79_headroom(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t79_headroom(make_store: Callable[[], ObjectStore]) -> None:
     base = record_at(1)
     top = replace(base.lease, seq=U64_MAX, renewal_sequence=U64_MAX, token=U64_MAX)
     for count in (129, MAX_RECOVERY_FAULT_SLOTS):
         record = replace(
             base, lease=top, recovery_fault_revision=U64_MAX, recovery_fault_slots=max_slots(count)
         )
-        # §2.2: active faults leave 32 KiB of authority headroom.
+        # LA §2.2: active faults leave 32 KiB of authority headroom.
         assert len(encode_record(record)) + 32_768 <= MAX_AUTHORITY_RECORD_BYTES
     too_many = replace(
         base, lease=top, recovery_fault_revision=U64_MAX, recovery_fault_slots=max_slots(517)
@@ -165,7 +167,7 @@ async def staged(store: ObjectStore) -> tuple[Any, Any, RecoveryAnnouncement, An
 
 
 @LOCAL
-def test_80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader, lease, terminal, ref = await staged(store)
@@ -184,7 +186,7 @@ def test_80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> 
         await store.put(key, forged, OVERWRITE)
         with pytest.raises(CorruptRecord, match="does not match its content-addressed reference"):
             await load_recovery_release_terminal(leader, ref)
-        with pytest.raises(CorruptRecord):  # S21: never acted upon
+        with pytest.raises(CorruptRecord):  # LA-11: never acted upon
             await record_recovery_release_commit(
                 leader, lease.proof(), ref, deadline=deadline(leader)
             )
@@ -199,7 +201,7 @@ def test_80_terminal_blob_revalidated(make_store: Callable[[], ObjectStore]) -> 
 
 
 @LOCAL
-def test_81_admission_snapshot_retries_on_change(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t81_admission_snapshot_retries_on_change(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader, lease, terminal, ref = await staged(store)

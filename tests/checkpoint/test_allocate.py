@@ -1,8 +1,8 @@
-"""Checkpoint ID allocation (spec_checkpoint_decision §4.3, §3.6, §5 S1-S3; scenarios T11-T25).
+"""Checkpoint ID allocation (CD §4.3, CD §3.6; CD-1 to CD-3; CD-T11 to CD-T25).
 
-T11-T15 are local mode on a real directory (`local_filesystem`); T16-T25 shared mode on memory,
-file and the S3 test server, except the lost-response cases, which script faults with
-ScriptedStore over an in-memory or a file store.
+CD-T11 to CD-T15 are local mode on a real directory (`local_filesystem`); CD-T16 to CD-T25 shared
+mode on memory, file and the S3 test server, except the lost-response cases, which script faults
+with ScriptedStore over an in-memory or a file store.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ def with_changes(head: DeploymentIdentity, **changes: object) -> DeploymentIdent
     return DeploymentIdentity(**fields)  # type: ignore[arg-type]
 
 
-# Local mode (T11-T15).
+# Local mode (CD-T11 to CD-T15).
 
 
-def test_t11_ids_start_at_one_local_fs(
+def test_cd_t11_ids_start_at_one_local_fs(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     async def first_life() -> list[int]:
@@ -98,7 +98,7 @@ def test_t11_ids_start_at_one_local_fs(
         alloc_sync(restarted, clock, 0)
 
 
-def test_t11_minimum_zero_does_no_io(clock: Clock) -> None:
+def test_cd_t11_minimum_zero_does_no_io(clock: Clock) -> None:
     scripted = ScriptedStore(ObstoreStore.memory())
     for instance in (
         DecisionStore.shared(scripted, clock=clock),
@@ -109,7 +109,7 @@ def test_t11_minimum_zero_does_no_io(clock: Clock) -> None:
     assert sum(scripted.requests.values()) == 0
 
 
-def test_t12_local_one_object_per_block(
+def test_cd_t12_local_one_object_per_block(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     instance = open_local()
@@ -123,7 +123,9 @@ def test_t12_local_one_object_per_block(
     assert read_head(instance.store).checkpoint_id == 0  # local mode never advances the head
 
 
-def test_t13_local_floor_jump_block(open_local: Callable[[], DecisionStore], clock: Clock) -> None:
+def test_cd_t13_local_floor_jump_block(
+    open_local: Callable[[], DecisionStore], clock: Clock
+) -> None:
     minimum = 3 * B + 17
     instance = open_local()
 
@@ -149,7 +151,7 @@ def test_t13_local_floor_jump_block(open_local: Callable[[], DecisionStore], clo
         ("checkpoint-id-blocks/block=00000281474976710656", "out of range"),
     ],
 )
-def test_t14_local_malformed_block_listing(
+def test_cd_t14_local_malformed_block_listing(
     name: str, expected: str, open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     first = open_local()
@@ -161,7 +163,7 @@ def test_t14_local_malformed_block_listing(
     assert alloc_sync(first, clock) == 2  # the initialized instance keeps its block
 
 
-def test_t15_local_two_instances_disjoint(
+def test_cd_t15_local_two_instances_disjoint(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     first, second = open_local(), open_local()
@@ -181,7 +183,7 @@ def test_t15_local_two_instances_disjoint(
     assert keys(first.store) == [IDENTITY_PATH, block_path(0), block_path(1)]
 
 
-def test_t15_local_block_claims_skip_a_claimed_block(
+def test_cd_t15_local_block_claims_skip_a_claimed_block(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     """An instance whose listing is stale moves past a block another instance claimed since."""
@@ -193,7 +195,7 @@ def test_t15_local_block_claims_skip_a_claimed_block(
     assert alloc_sync(first, clock) == 2 * B + 1
 
 
-def test_t25_id_space_exhausted_local(
+def test_cd_t25_id_space_exhausted_local(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     instance = open_local()
@@ -204,10 +206,10 @@ def test_t25_id_space_exhausted_local(
         alloc_sync(open_local(), clock)
 
 
-# Shared mode (T16-T25).
+# Shared mode (CD-T16 to CD-T25).
 
 
-def test_t16_shared_counter_bounded(
+def test_cd_t16_shared_counter_bounded(
     make_store: Callable[[], ObjectStore], clock: Clock, backend: str
 ) -> None:
     counting = CountingStore(make_store())
@@ -225,7 +227,7 @@ def test_t16_shared_counter_bounded(
     assert read_head(instance.store).checkpoint_id == allocations
 
 
-def test_t16_fresh_instance_costs_two_requests(
+def test_cd_t16_fresh_instance_costs_two_requests(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     assert alloc_sync(DecisionStore.shared(make_store(), clock=clock), clock) == 1
@@ -234,14 +236,16 @@ def test_t16_fresh_instance_costs_two_requests(
     assert dict(counting.requests) == {"get": 1, "put": 1}
 
 
-def test_t17_stale_cache_floor_jump(open_shared: Callable[[], DecisionStore], clock: Clock) -> None:
+def test_cd_t17_stale_cache_floor_jump(
+    open_shared: Callable[[], DecisionStore], clock: Clock
+) -> None:
     a, b = open_shared(), open_shared()
     assert alloc_sync(a, clock) == 1
     assert alloc_sync(b, clock, 100) == 100
     assert alloc_sync(a, clock) == 101  # a's cached head is stale: its CAS fails, it re-reads
 
 
-def test_t18_authority_deletion_new_deployment(
+def test_cd_t18_authority_deletion_new_deployment(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     old = open_shared()
@@ -255,13 +259,13 @@ def test_t18_authority_deletion_new_deployment(
     new = open_shared()
     new_id = asyncio.run(new.load_or_create_deployment_id())
     assert new_id != old_id
-    assert alloc_sync(new, clock) == 1  # IDs restart only under the new deployment (S3)
+    assert alloc_sync(new, clock) == 1  # IDs restart only under the new deployment (CD-3)
     # The old instance now meets a head of another deployment and refuses it.
     with pytest.raises(CorruptRecord, match=f"belongs to deployment {new_id}"):
         alloc_sync(old, clock)
 
 
-def test_t19_missing_authority_not_recreated(
+def test_cd_t19_missing_authority_not_recreated(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     instance = open_shared()
@@ -277,7 +281,7 @@ def test_t19_missing_authority_not_recreated(
         asyncio.run(shared_store.get(IDENTITY_PATH))
 
 
-def test_t20_shared_lost_success_by_token(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t20_shared_lost_success_by_token(inner_store: ObjectStore, clock: Clock) -> None:
     scripted = ScriptedStore(inner_store)
     instance = DecisionStore.shared(scripted, clock=clock)
     asyncio.run(instance.load_or_create_deployment_id())
@@ -287,7 +291,7 @@ def test_t20_shared_lost_success_by_token(inner_store: ObjectStore, clock: Clock
     assert read_head(inner_store).checkpoint_id == 2
 
 
-def test_t21_uncertain_write_burned(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t21_uncertain_write_burned(inner_store: ObjectStore, clock: Clock) -> None:
     scripted = ScriptedStore(inner_store)
     instance = DecisionStore.shared(scripted, clock=clock)
     asyncio.run(instance.load_or_create_deployment_id())
@@ -302,7 +306,7 @@ def test_t21_uncertain_write_burned(inner_store: ObjectStore, clock: Clock) -> N
     assert alloc_sync(instance, clock) == 3
 
 
-def test_t21_uncertain_write_landed_and_passed(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t21_uncertain_write_landed_and_passed(inner_store: ObjectStore, clock: Clock) -> None:
     """An ambiguous CAS whose re-read shows the head past our proposal burns it and retries."""
     scripted = ScriptedStore(inner_store)
     instance = DecisionStore.shared(scripted, clock=clock)
@@ -324,7 +328,7 @@ def test_t21_uncertain_write_landed_and_passed(inner_store: ObjectStore, clock: 
     assert read_head(inner_store).checkpoint_id == 2
 
 
-def test_t22_concurrent_allocations_unique(
+def test_cd_t22_concurrent_allocations_unique(
     open_shared: Callable[[], DecisionStore], clock: Clock, backend: str
 ) -> None:
     # 64 racing fresh instances cost O(64^2) CAS attempts; the S3 test server serves ~300
@@ -349,12 +353,12 @@ def test_t22_concurrent_allocations_unique(
         return list(await asyncio.gather(*(allocate_retrying(one) for one in instances)))
 
     results = asyncio.run(main())
-    assert len(set(results)) == tasks  # S1
+    assert len(set(results)) == tasks  # CD-1
     if not failures:
         assert sorted(results) == list(range(1, tasks + 1))  # no ID burned: no gaps either
 
 
-def test_t22_concurrent_allocations_one_instance(
+def test_cd_t22_concurrent_allocations_one_instance(
     open_shared: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     instance = open_shared()
@@ -365,7 +369,7 @@ def test_t22_concurrent_allocations_one_instance(
     assert sorted(asyncio.run(main())) == list(range(1, 33))
 
 
-def test_t23_head_regression_detected(
+def test_cd_t23_head_regression_detected(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     instance = open_shared()
@@ -378,7 +382,7 @@ def test_t23_head_regression_detected(
         alloc_sync(instance, clock)
 
 
-def test_t24_head_same_id_different_token(
+def test_cd_t24_head_same_id_different_token(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     instance = open_shared()
@@ -389,7 +393,7 @@ def test_t24_head_same_id_different_token(
         alloc_sync(instance, clock)
 
 
-def test_t25_id_space_exhausted(
+def test_cd_t25_id_space_exhausted(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     assert alloc_sync(open_shared(), clock, U64_MAX - 1) == U64_MAX - 1
@@ -405,7 +409,9 @@ def test_t25_id_space_exhausted(
 # Bounds and faults beyond the scenario table.
 
 
-def test_shared_store_without_update_is_unavailable(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd12_shared_store_without_update_is_unavailable(
+    inner_store: ObjectStore, clock: Clock
+) -> None:
     scripted = ScriptedStore(inner_store)
     scripted.reject_updates = True
     with pytest.raises(StoreUnavailable, match="PutMode::Update"):
@@ -445,12 +451,12 @@ def test_deadline_bounds_a_hung_store(clock: Clock) -> None:
 
 @pytest.mark.parametrize("seed", [20240611, 7, 99])
 @pytest.mark.parametrize("mode", list(AllocatorMode))
-def test_random_faults_never_reuse_an_id(
+def test_cd1_random_faults_never_reuse_an_id(
     mode: AllocatorMode, seed: int, inner_store: ObjectStore, clock: Clock
 ) -> None:
-    """S1/S2 under lost responses, phantom conflicts and conflicts reported after applying.
+    """CD-1/CD-2 under lost responses, phantom conflicts and conflicts reported after applying.
 
-    The identity exists before faults start: its creation has its own tests (T9)."""
+    The identity exists before faults start: its creation has its own tests (CD-T9)."""
     asyncio.run(DecisionStore(inner_store, clock=clock, mode=mode).load_or_create_deployment_id())
     config = FaultConfig(
         error_before_rate=0.1,
@@ -474,7 +480,7 @@ def test_random_faults_never_reuse_an_id(
     returned = asyncio.run(main())
     flat = [checkpoint_id for ids in returned for checkpoint_id in ids]
     assert len(flat) > 50
-    assert len(set(flat)) == len(flat)  # S1: never returned twice
+    assert len(set(flat)) == len(flat)  # CD-1: never returned twice
     for ids in returned:
-        assert ids == sorted(ids)  # S2: increasing per instance
+        assert ids == sorted(ids)  # CD-2: increasing per instance
     assert sum(faulty.stats.injected.values()) > 0

@@ -1,4 +1,4 @@
-"""Recovery capsules (spec_checkpoint_decision §3.9, §4.10, S10; scenarios T65-T69, T6 for the
+"""Recovery capsules (CD §3.9, CD §4.10, CD-9; CD-T65 to CD-T69, CD-T6 for the
 capsule path, and the capsule's own rules). Their garbage collection is in test_capsule_gc.py.
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses and request counts
@@ -128,7 +128,7 @@ async def exists(store: ObjectStore, key: str) -> bool:
     return True
 
 
-def test_t65_capsule_create_idempotent_verified(
+def test_cd_t65_capsule_create_idempotent_verified(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -147,7 +147,7 @@ def test_t65_capsule_create_idempotent_verified(
         )
         wrapped.requests.clear()
         assert await store.create_recovery_capsule(capsule) == expected
-        assert wrapped.requests["get"] == 0  # S10: an acknowledged create is not read back
+        assert wrapped.requests["get"] == 0  # CD-9: an acknowledged create is not read back
         assert wrapped.requests["put"] == 1
         assert await store.create_recovery_capsule(capsule) == expected
         assert wrapped.requests["get"] > 0
@@ -168,7 +168,7 @@ def test_t65_capsule_create_idempotent_verified(
     asyncio.run(main())
 
 
-def test_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
     async def main() -> None:
         wrapped, store = scripted(make_store, clock)
         deployment_id = await store.load_or_create_deployment_id()
@@ -183,7 +183,7 @@ def test_t66_capsule_lost_success(make_store: Callable[[], ObjectStore], clock: 
     asyncio.run(main())
 
 
-def test_t67_capsule_tampered_body(
+def test_cd_t67_capsule_tampered_body(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -205,7 +205,7 @@ def test_t67_capsule_tampered_body(
     asyncio.run(main())
 
 
-def test_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         deployment_id = await store.load_or_create_deployment_id()
@@ -262,7 +262,7 @@ def test_t68_outcome_capsule_rules(open_shared: Callable[[], DecisionStore]) -> 
     asyncio.run(main())
 
 
-def test_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         deployment_id = await store.load_or_create_deployment_id()
@@ -297,7 +297,7 @@ def test_t69_outcome_capsule_mismatch(open_shared: Callable[[], DecisionStore]) 
     asyncio.run(main())
 
 
-def test_t06_oversized_capsule(
+def test_cd_t06_oversized_capsule(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:

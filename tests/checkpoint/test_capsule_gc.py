@@ -1,5 +1,5 @@
-"""Recovery capsule garbage collection (spec_checkpoint_decision §3.11, §4.11, S12; scenarios
-T70-T74, and T6/T8 for the cursor path).
+"""Recovery capsule garbage collection (CD §3.11, CD §4.11, CD-11; scenarios
+CD-T70 to CD-T74, and CD-T6/CD-T8 for the cursor path).
 
 Runs on memory, file and the S3 test server; deferred creates, reversed listings, a cursor moved
 mid-step and in-flight counts go through ScriptedStore over the parametrized store.
@@ -39,7 +39,9 @@ async def stored_cursor(store: ObjectStore, deployment_id: str) -> RecoveryCapsu
     return decode(body, RecoveryCapsuleGcCursor, key=path, max_bytes=MAX_CAPSULE_GC_CURSOR_BYTES)
 
 
-def test_t70_capsule_gc_late_visible(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t70_capsule_gc_late_visible(
+    make_store: Callable[[], ObjectStore], clock: Clock
+) -> None:
     async def main() -> None:
         wrapped, store = scripted(make_store, clock)
         deployment_id = await store.load_or_create_deployment_id()
@@ -61,7 +63,7 @@ def test_t70_capsule_gc_late_visible(make_store: Callable[[], ObjectStore], cloc
     asyncio.run(main())
 
 
-def test_t71_capsule_gc_list_order(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t71_capsule_gc_list_order(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
     async def main() -> None:
         wrapped, store = scripted(make_store, clock)
         deployment_id = await store.load_or_create_deployment_id()
@@ -84,7 +86,7 @@ def test_t71_capsule_gc_list_order(make_store: Callable[[], ObjectStore], clock:
     asyncio.run(main())
 
 
-def test_t72_capsule_gc_quarantine_and_retain(
+def test_cd_t72_capsule_gc_quarantine_and_retain(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -137,7 +139,9 @@ def test_capsule_gc_quarantines_bad_references_and_bodies(
     asyncio.run(main())
 
 
-def test_t73_capsule_gc_noop_low_floor(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t73_capsule_gc_noop_low_floor(
+    make_store: Callable[[], ObjectStore], clock: Clock
+) -> None:
     async def main() -> None:
         wrapped, store = scripted(make_store, clock)
         assert await store.sweep_recovery_capsules_step(1, frozenset()) == NO_STEP
@@ -166,7 +170,7 @@ def test_t73_capsule_gc_noop_low_floor(make_store: Callable[[], ObjectStore], cl
     ],
     ids=["outside-prefix", "empty-segment", "dot-dot", "foreign", "oversized", "unknown", "spaced"],
 )
-def test_t74_cursor_validation(
+def test_cd_t74_cursor_validation(
     open_shared: Callable[[], DecisionStore],
     shared_store: ObjectStore,
     body_of: Callable[[str], bytes],
@@ -192,7 +196,7 @@ def test_t74_cursor_validation(
     asyncio.run(main())
 
 
-def test_t06_oversized_cursor(
+def test_cd_t06_oversized_cursor(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -206,7 +210,7 @@ def test_t06_oversized_cursor(
     asyncio.run(main())
 
 
-def test_t08_capsule_gc_cursor_requires_token(
+def test_cd_t08_capsule_gc_cursor_requires_token(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:

@@ -1,4 +1,4 @@
-"""Deployment identity (spec_checkpoint_decision §4.2, §3.5, §2.5; scenarios T1-T10).
+"""Deployment identity (CD §4.2, CD §3.5, CD §2.5; CD-T1 to CD-T10).
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses and forged reads go
 through ScriptedStore over an in-memory or a file store.
@@ -65,7 +65,7 @@ def load_error(instance: DecisionStore) -> CorruptRecord:
     return caught.value
 
 
-def test_t1_identity_create_once_across_instances(
+def test_cd_t1_identity_create_once_across_instances(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> tuple[str, str, str]:
@@ -83,7 +83,7 @@ def test_t1_identity_create_once_across_instances(
     assert f'"id":"{a}"'.encode() in stored.body
 
 
-def test_t2_independent_stores_distinct_identity(
+def test_cd_t2_independent_stores_distinct_identity(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path, clock: Clock
 ) -> None:
     stores: list[ObjectStore]
@@ -108,7 +108,7 @@ def test_t2_independent_stores_distinct_identity(
     assert canonical_uuid(first) and canonical_uuid(second)
 
 
-def test_t3_legacy_identity_rejected(
+def test_cd_t3_legacy_identity_rejected(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore, clock: Clock
 ) -> None:
     body = b'{"version":1,"id":"%s"}' % str(clock.uuid7()).encode()
@@ -147,7 +147,7 @@ T4_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", sorted(T4_VARIANTS))
-def test_t4_identity_malformed_bodies(
+def test_cd_t4_identity_malformed_bodies(
     variant: str,
     open_shared: Callable[[], DecisionStore],
     shared_store: ObjectStore,
@@ -161,7 +161,7 @@ def test_t4_identity_malformed_bodies(
 
 
 @pytest.mark.parametrize("first_mode", list(AllocatorMode))
-def test_t5_allocator_mode_locked(
+def test_cd_t5_allocator_mode_locked(
     first_mode: AllocatorMode, make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     def open_(mode: AllocatorMode) -> DecisionStore:
@@ -187,7 +187,7 @@ def test_t5_allocator_mode_locked(
     assert asyncio.run(first.allocate_checkpoint_id(deadline=deadline(clock))) == 2
 
 
-def test_t5_allocator_mode_locked_local_filesystem(tmp_path: Path, clock: Clock) -> None:
+def test_cd_t5_allocator_mode_locked_local_filesystem(tmp_path: Path, clock: Clock) -> None:
     """The same on a real local directory: local_filesystem vs NativeCas over the same files."""
     root = tmp_path / "namespace"
     local = DecisionStore.local_filesystem(root, clock=clock, fsync=False)
@@ -204,7 +204,7 @@ def test_t5_allocator_mode_locked_local_filesystem(tmp_path: Path, clock: Clock)
         asyncio.run(local.allocate_checkpoint_id(deadline=deadline(clock)))
 
 
-def test_t6_oversized_identity(
+def test_cd_t6_oversized_identity(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     put_identity(shared_store, b"x" * (MAX_IDENTITY_BYTES + 1))
@@ -214,7 +214,7 @@ def test_t6_oversized_identity(
 
 
 @pytest.mark.parametrize("forged", ["longer_than_size", "shorter_than_size"])
-def test_t7_bounded_get_and_stream(forged: str, inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t7_bounded_get_and_stream(forged: str, inner_store: ObjectStore, clock: Clock) -> None:
     """Our store API returns the served bytes whole, so a forged range and a forged stream are
     one case: bytes served that differ from the advertised size."""
     asyncio.run(DecisionStore.shared(inner_store, clock=clock).load_or_create_deployment_id())
@@ -229,7 +229,7 @@ def test_t7_bounded_get_and_stream(forged: str, inner_store: ObjectStore, clock:
     assert scripted.get_ends == [MAX_IDENTITY_BYTES + 1]
 
 
-def test_t8_native_cas_requires_token(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t8_native_cas_requires_token(inner_store: ObjectStore, clock: Clock) -> None:
     asyncio.run(DecisionStore.shared(inner_store, clock=clock).load_or_create_deployment_id())
     scripted = ScriptedStore(inner_store)
     scripted.strip_tokens = True
@@ -238,7 +238,7 @@ def test_t8_native_cas_requires_token(inner_store: ObjectStore, clock: Clock) ->
     assert "neither an ETag nor an object version for CAS" in str(error)
 
 
-def test_t8_local_mode_needs_no_token(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t8_local_mode_needs_no_token(inner_store: ObjectStore, clock: Clock) -> None:
     """LocalSingleWriter never CASes the identity, so tokens are not required there."""
     writer = DecisionStore.local_single_writer(inner_store, clock=clock)
     created = asyncio.run(writer.load_or_create_deployment_id())
@@ -248,7 +248,7 @@ def test_t8_local_mode_needs_no_token(inner_store: ObjectStore, clock: Clock) ->
     assert asyncio.run(reader.load_or_create_deployment_id()) == created
 
 
-def test_t9_identity_lost_create_response(inner_store: ObjectStore, clock: Clock) -> None:
+def test_cd_t9_identity_lost_create_response(inner_store: ObjectStore, clock: Clock) -> None:
     scripted = ScriptedStore(inner_store)
     scripted.fail_next_put_after_apply(IDENTITY_PATH)
     instance = DecisionStore.shared(scripted, clock=clock)
@@ -265,7 +265,7 @@ def test_t9_identity_lost_create_response(inner_store: ObjectStore, clock: Clock
     assert first_id == 1
 
 
-def test_t10_reads_create_identity(
+def test_cd_t10_reads_create_identity(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     with pytest.raises(ObjectNotFound):

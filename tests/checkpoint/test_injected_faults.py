@@ -51,8 +51,9 @@ def faulty_decisions(seed: int) -> tuple[DecisionStore, ObstoreStore, SimulatedC
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_ids_are_never_reused_under_random_faults(seed: int) -> None:
-    """S1, S2: two instances allocating through faults get distinct, per-instance increasing IDs."""
+def test_cd1_ids_are_never_reused_under_random_faults(seed: int) -> None:
+    """CD-1, CD-2: two instances allocating through faults get distinct, per-instance
+    increasing IDs."""
 
     async def body() -> None:
         first, inner, clock = faulty_decisions(seed)
@@ -77,8 +78,8 @@ def test_ids_are_never_reused_under_random_faults(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_one_verdict_per_epoch_under_random_faults(seed: int) -> None:
-    """S4-S6: racing commit and abort through faults end with one durable verdict per epoch,
+def test_cd4_one_verdict_per_epoch_under_random_faults(seed: int) -> None:
+    """CD-4, CD-14: racing commit and abort through faults end with one durable verdict per epoch,
     and every caller is told that verdict."""
 
     async def body() -> None:

@@ -1,5 +1,5 @@
-"""Outcomes and the outcome inventory (spec_checkpoint_decision §4.4-§4.6; scenarios T26-T38, and
-T6/T8 for the outcome and floor paths).
+"""Outcomes and the outcome inventory (CD §4.4 to CD §4.6; CD-T26 to CD-T38, and
+CD-T6/CD-T8 for the outcome and floor paths).
 
 Shared-mode tests run on memory, file and the S3 test server through `open_shared`/`make_store`;
 lost responses go through ScriptedStore wrapping the parametrized store.
@@ -109,7 +109,7 @@ def result_outcome(result: RecordOutcomeResult) -> CheckpointOutcome:
     return result.winner if isinstance(result, Conflict) else result.outcome
 
 
-def test_t26_outcome_idempotent_and_conflict(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t26_outcome_idempotent_and_conflict(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         created = await record(ds, 7, COMMIT)
@@ -128,7 +128,7 @@ def test_t26_outcome_idempotent_and_conflict(open_shared: Callable[[], DecisionS
 def test_outcome_lost_create_response_is_unchanged(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """§6.3: a create applied with its response lost is read back (S6)."""
+    """CD §6.3: a create applied with its response lost is read back (CD-14)."""
 
     async def main() -> None:
         scripted = ScriptedStore(make_store())
@@ -143,7 +143,7 @@ def test_outcome_lost_create_response_is_unchanged(
     asyncio.run(main())
 
 
-def test_t27_recovery_abort_beats_delayed_commit(
+def test_cd_t27_recovery_abort_beats_delayed_commit(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -164,7 +164,7 @@ def test_t27_recovery_abort_beats_delayed_commit(
     asyncio.run(main())
 
 
-def test_t28_delayed_commit_beats_abort(
+def test_cd_t28_delayed_commit_beats_abort(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -186,7 +186,7 @@ def test_t28_delayed_commit_beats_abort(
     asyncio.run(main())
 
 
-def test_t29_concurrent_commit_abort(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t29_concurrent_commit_abort(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         await open_shared().load_or_create_deployment_id()
         for epoch in (8, 9, 10):
@@ -201,7 +201,7 @@ def test_t29_concurrent_commit_abort(open_shared: Callable[[], DecisionStore]) -
     asyncio.run(main())
 
 
-def test_t30_restart_and_absence_not_abort(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t30_restart_and_absence_not_abort(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         await record(ds, 4, COMMIT)
@@ -217,7 +217,7 @@ def test_t30_restart_and_absence_not_abort(open_shared: Callable[[], DecisionSto
     asyncio.run(main())
 
 
-def test_t31_abort_after_commit(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t31_abort_after_commit(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         await record(ds, 4, COMMIT)
@@ -231,7 +231,7 @@ def test_t31_abort_after_commit(open_shared: Callable[[], DecisionStore]) -> Non
     asyncio.run(main())
 
 
-def test_t32_cluster_scope_rejected_and_forged(
+def test_cd_t32_cluster_scope_rejected_and_forged(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -266,7 +266,7 @@ def test_t32_cluster_scope_rejected_and_forged(
     asyncio.run(main())
 
 
-def test_t33_inventory_noncanonical_attempt(
+def test_cd_t33_inventory_noncanonical_attempt(
     open_shared: Callable[[], DecisionStore],
 ) -> None:
     async def main() -> None:
@@ -282,7 +282,7 @@ def test_t33_inventory_noncanonical_attempt(
     asyncio.run(main())
 
 
-def test_t34_inventory_path_canonical(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t34_inventory_path_canonical(open_shared: Callable[[], DecisionStore]) -> None:
     assert parse_outcome_path("checkpoint-outcomes/epoch=5/outcome") == 5
     assert parse_outcome_path(f"checkpoint-outcomes/epoch={2**64 - 1}/outcome") == 2**64 - 1
     for bad in (
@@ -308,7 +308,7 @@ def test_t34_inventory_path_canonical(open_shared: Callable[[], DecisionStore]) 
     asyncio.run(main())
 
 
-def test_t35_stray_object_blocks_inventory(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t35_stray_object_blocks_inventory(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         await record(ds, 1, COMMIT)
@@ -321,7 +321,7 @@ def test_t35_stray_object_blocks_inventory(open_shared: Callable[[], DecisionSto
     asyncio.run(main())
 
 
-def test_t36_foreign_deployment_outcome(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t36_foreign_deployment_outcome(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         current = await ds.load_or_create_deployment_id()
@@ -336,7 +336,7 @@ def test_t36_foreign_deployment_outcome(open_shared: Callable[[], DecisionStore]
     asyncio.run(main())
 
 
-def test_t37_noncanonical_outcome_body(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t37_noncanonical_outcome_body(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         deployment_id = await ds.load_or_create_deployment_id()
@@ -366,7 +366,7 @@ def test_t37_noncanonical_outcome_body(open_shared: Callable[[], DecisionStore])
     asyncio.run(main())
 
 
-def test_t38_local_outcome_with_fence_or_capsule(
+def test_cd_t38_local_outcome_with_fence_or_capsule(
     open_shared: Callable[[], DecisionStore],
 ) -> None:
     async def main() -> None:
@@ -402,10 +402,10 @@ def test_t38_local_outcome_with_fence_or_capsule(
     asyncio.run(main())
 
 
-def test_s9_floor_published_during_create_wins(
+def test_cd8_floor_published_during_create_wins(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """§4.4 step 5: a floor published while the create is in flight wins; the object is inert."""
+    """CD §4.4 step 5: a floor published while the create is in flight wins; the object is inert."""
 
     async def main() -> None:
         scripted = ScriptedStore(make_store())
@@ -446,7 +446,7 @@ def test_s9_floor_published_during_create_wins(
     asyncio.run(main())
 
 
-def test_t6_oversized_outcome_and_floor(
+def test_cd_t6_oversized_outcome_and_floor(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -472,7 +472,7 @@ def test_t6_oversized_outcome_and_floor(
     asyncio.run(main())
 
 
-def test_t8_native_cas_requires_token_floor(
+def test_cd_t8_native_cas_requires_token_floor(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:

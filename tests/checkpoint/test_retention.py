@@ -1,9 +1,9 @@
-"""Retention: the outcome GC floor, its boundary and pruning (spec_checkpoint_decision §3.7, §4.7,
-§4.8; scenarios T39-T51).
+"""Retention: the outcome GC floor, its boundary and pruning (CD §3.7, CD §4.7,
+CD §4.8; CD-T39 to CD-T51).
 
 Shared-mode tests run on memory, file and the S3 test server; local-mode tests on a directory
 through `open_local` or `DecisionStore.local_single_writer` over a FileStore. Faults go through
-ScriptedStore. T49 crashes the sweep through a ScriptedStore whose deletes raise (no test hook in
+ScriptedStore. CD-T49 crashes the sweep through a ScriptedStore whose deletes raise (no test hook in
 the production code).
 """
 
@@ -49,7 +49,7 @@ async def raw_epochs(store: ObjectStore) -> list[str]:
     return [meta.key.split("/")[1] for meta in await store.list(OUTCOMES_PREFIX)]
 
 
-def test_t39_floor_rejects_late_create_survives_restart(
+def test_cd_t39_floor_rejects_late_create_survives_restart(
     open_shared: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -75,7 +75,7 @@ def test_t39_floor_rejects_late_create_survives_restart(
     asyncio.run(main())
 
 
-def test_t40_concurrent_prune_monotonic(
+def test_cd_t40_concurrent_prune_monotonic(
     open_shared: Callable[[], DecisionStore], clock: Clock, backend: str
 ) -> None:
     # The spec's 32 outcomes and 31 pruners on memory and file (about 2,100 requests); 16 and 15
@@ -104,7 +104,7 @@ def test_t40_concurrent_prune_monotonic(
     asyncio.run(main())
 
 
-def test_t41_local_fs_floor_repeated_and_restart(
+def test_cd_t41_local_fs_floor_repeated_and_restart(
     open_local: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -123,7 +123,7 @@ def test_t41_local_fs_floor_repeated_and_restart(
     asyncio.run(main())
 
 
-def test_t42_local_namespace_lock_shared(tmp_path: Path, clock: Clock) -> None:
+def test_cd_t42_local_namespace_lock_shared(tmp_path: Path, clock: Clock) -> None:
     first = DecisionStore.local_filesystem(tmp_path / "ns", clock=clock, fsync=False)
     second = DecisionStore.local_filesystem(tmp_path / "ns", clock=clock, fsync=False)
     other = DecisionStore.local_filesystem(tmp_path / "other", clock=clock, fsync=False)
@@ -132,7 +132,7 @@ def test_t42_local_namespace_lock_shared(tmp_path: Path, clock: Clock) -> None:
     assert other.ctx.namespace_lock is not first.ctx.namespace_lock
 
 
-def test_t43_local_floor_rmw_ordered(tmp_path: Path, clock: Clock) -> None:
+def test_cd_t43_local_floor_rmw_ordered(tmp_path: Path, clock: Clock) -> None:
     """Local mode over a store without conditional update: the floor's read-compare-overwrite
     runs under the namespace lock, so a second pruner waits and then rebuilds from the winner."""
 
@@ -164,7 +164,7 @@ def test_t43_local_floor_rmw_ordered(tmp_path: Path, clock: Clock) -> None:
     asyncio.run(main())
 
 
-def test_t44_native_cas_on_local_fs_fails_update(tmp_path: Path, clock: Clock) -> None:
+def test_cd_t44_native_cas_on_local_fs_fails_update(tmp_path: Path, clock: Clock) -> None:
     async def main() -> None:
         scripted = ScriptedStore(FileStore(str(tmp_path / "fs"), fsync=False))
         scripted.reject_updates = True  # a plain local filesystem: no PutMode::Update
@@ -179,7 +179,7 @@ def test_t44_native_cas_on_local_fs_fails_update(tmp_path: Path, clock: Clock) -
     asyncio.run(main())
 
 
-def test_t45_floor_object_count_bounded(
+def test_cd_t45_floor_object_count_bounded(
     open_shared: Callable[[], DecisionStore], clock: Clock, backend: str
 ) -> None:
     # 64 outcomes (the spec's count) on memory and file; 24 on the S3 test server, which serves
@@ -197,7 +197,7 @@ def test_t45_floor_object_count_bounded(
     asyncio.run(main())
 
 
-def test_t46_retention_boundary_anchors(
+def test_cd_t46_retention_boundary_anchors(
     open_shared: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -214,7 +214,7 @@ def test_t46_retention_boundary_anchors(
     asyncio.run(main())
 
 
-def test_t47_prune_keeps_last_commit(
+def test_cd_t47_prune_keeps_last_commit(
     open_shared: Callable[[], DecisionStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -231,7 +231,9 @@ def test_t47_prune_keeps_last_commit(
     asyncio.run(main())
 
 
-def test_t48_prune_zero_is_read_only(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t48_prune_zero_is_read_only(
+    make_store: Callable[[], ObjectStore], clock: Clock
+) -> None:
     async def main() -> None:
         scripted = ScriptedStore(make_store())
         ds = DecisionStore.shared(scripted, clock=clock)
@@ -261,7 +263,9 @@ class CrashingDeletes(ScriptedStore):
         await super().delete(key)
 
 
-def test_t49_prune_repairs_after_crash(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t49_prune_repairs_after_crash(
+    make_store: Callable[[], ObjectStore], clock: Clock
+) -> None:
     async def main() -> None:
         crashing = CrashingDeletes(make_store())
         ds = DecisionStore.shared(crashing, clock=clock)
@@ -283,7 +287,7 @@ def test_t49_prune_repairs_after_crash(make_store: Callable[[], ObjectStore], cl
     asyncio.run(main())
 
 
-def test_t50_floor_invalid_anchors(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t50_floor_invalid_anchors(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         ds = open_shared()
         dep = await ds.load_or_create_deployment_id()
@@ -333,7 +337,7 @@ def test_t50_floor_invalid_anchors(open_shared: Callable[[], DecisionStore]) -> 
     asyncio.run(main())
 
 
-def test_t51_floor_keeps_advancing(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
+def test_cd_t51_floor_keeps_advancing(make_store: Callable[[], ObjectStore], clock: Clock) -> None:
     async def main() -> None:
         scripted = ScriptedStore(make_store())
         ds = DecisionStore.shared(scripted, clock=clock)

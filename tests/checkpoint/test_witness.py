@@ -1,4 +1,4 @@
-"""The sink-open witness (spec_checkpoint_decision §3.8, §4.9, S11; scenarios T52-T64, and T6 for
+"""The sink-open witness (CD §3.8, CD §4.9, CD-10; CD-T52 to CD-T64, and CD-T6 for
 the witness path).
 
 Shared-mode tests run on memory, file and the S3 test server; lost responses, deferred puts and
@@ -86,7 +86,7 @@ def scripted_shared(
     return scripted, first, second
 
 
-def test_t52_witness_roundtrip_restart_clear(
+def test_cd_t52_witness_roundtrip_restart_clear(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -106,7 +106,7 @@ def test_t52_witness_roundtrip_restart_clear(
     asyncio.run(main())
 
 
-def test_t53_witness_malformed_body_and_input(
+def test_cd_t53_witness_malformed_body_and_input(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -136,7 +136,7 @@ def test_t53_witness_malformed_body_and_input(
     asyncio.run(main())
 
 
-def test_t54_witness_oversized_input(
+def test_cd_t54_witness_oversized_input(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -148,11 +148,11 @@ def test_t54_witness_oversized_input(
     asyncio.run(main())
 
 
-def test_t54_witness_open_fits_but_close_does_not(
+def test_cd_t54_witness_open_fits_but_close_does_not(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     """The closed slot is longer than the open one: an open that fits only without its close
-    tombstone is refused too (S11: an accepted open always has room for its close)."""
+    tombstone is refused too (CD-10: an accepted open always has room for its close)."""
 
     async def main() -> None:
         store = open_shared()
@@ -169,7 +169,7 @@ def test_t54_witness_open_fits_but_close_does_not(
     asyncio.run(main())
 
 
-def test_t55_witness_foreign_deployment(
+def test_cd_t55_witness_foreign_deployment(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -192,7 +192,7 @@ def test_t55_witness_foreign_deployment(
     asyncio.run(main())
 
 
-def test_t56_witness_concurrent_open(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t56_witness_concurrent_open(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         first, second = open_shared(), open_shared()
         await first.load_or_create_deployment_id()
@@ -209,7 +209,7 @@ def test_t56_witness_concurrent_open(open_shared: Callable[[], DecisionStore]) -
     asyncio.run(main())
 
 
-def test_t57_witness_no_token_adoption(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t57_witness_no_token_adoption(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         witness = await open_witness(open_shared(), 14)
         with pytest.raises(Refused, match="conflicting checkpoint 14"):
@@ -219,7 +219,7 @@ def test_t57_witness_no_token_adoption(open_shared: Callable[[], DecisionStore])
     asyncio.run(main())
 
 
-def test_t58_witness_lost_create_response(
+def test_cd_t58_witness_lost_create_response(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -237,7 +237,7 @@ def test_t58_witness_lost_create_response(
     asyncio.run(main())
 
 
-def test_t59_witness_lost_close_response(
+def test_cd_t59_witness_lost_close_response(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -252,7 +252,7 @@ def test_t59_witness_lost_close_response(
     asyncio.run(main())
 
 
-def test_t60_stale_close_cannot_erase_successor(
+def test_cd_t60_stale_close_cannot_erase_successor(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
     async def main() -> None:
@@ -274,7 +274,7 @@ def test_t60_stale_close_cannot_erase_successor(
     asyncio.run(main())
 
 
-def test_t61_closed_slot_linearizes_successors(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t61_closed_slot_linearizes_successors(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         witness = await open_witness(store, 18)
@@ -292,7 +292,7 @@ def test_t61_closed_slot_linearizes_successors(open_shared: Callable[[], Decisio
     asyncio.run(main())
 
 
-def test_t62_local_reuse_closed_slot(open_local: Callable[[], DecisionStore]) -> None:
+def test_cd_t62_local_reuse_closed_slot(open_local: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_local()
         witness = await open_witness(store, 21)
@@ -310,7 +310,7 @@ def test_t62_local_reuse_closed_slot(open_local: Callable[[], DecisionStore]) ->
     asyncio.run(main())
 
 
-def test_t63_local_witness_rmw_ordered(local_root: Path, clock: Clock) -> None:
+def test_cd_t63_local_witness_rmw_ordered(local_root: Path, clock: Clock) -> None:
     async def main() -> None:
         scripted = ScriptedStore(FileStore(str(local_root), fsync=False))
         namespace = ("file", str(local_root))
@@ -338,7 +338,7 @@ def test_t63_local_witness_rmw_ordered(local_root: Path, clock: Clock) -> None:
     asyncio.run(main())
 
 
-def test_t64_clear_missing_or_different(open_shared: Callable[[], DecisionStore]) -> None:
+def test_cd_t64_clear_missing_or_different(open_shared: Callable[[], DecisionStore]) -> None:
     async def main() -> None:
         store = open_shared()
         deployment_id = await store.load_or_create_deployment_id()
@@ -355,7 +355,7 @@ def test_t64_clear_missing_or_different(open_shared: Callable[[], DecisionStore]
     asyncio.run(main())
 
 
-def test_t06_oversized_witness_slot(
+def test_cd_t06_oversized_witness_slot(
     open_shared: Callable[[], DecisionStore], shared_store: ObjectStore
 ) -> None:
     async def main() -> None:
@@ -370,10 +370,10 @@ def test_t06_oversized_witness_slot(
     asyncio.run(main())
 
 
-def test_witness_shared_store_without_update_is_unavailable(
+def test_cd12_witness_shared_store_without_update_is_unavailable(
     make_store: Callable[[], ObjectStore], clock: Clock
 ) -> None:
-    """S13: NativeCas needs a real update-if-match; a store refusing it surfaces as unavailable,
+    """CD-12: NativeCas needs a real update-if-match; a store refusing it surfaces as unavailable,
     and the slot is left as it was."""
 
     async def main() -> None:

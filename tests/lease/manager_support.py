@@ -1,5 +1,5 @@
 """Test support for the lease manager: owners, a scripted fake authority (the lease
-operations of spec §4.3 on one in-memory lease), and a harness running one manager.
+operations of LA §4.3 on one in-memory lease), and a harness running one manager.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def owner(node: int, boot: int = 1, term: int = 1) -> LeaderLeaseOwner:
 
 
 class FakeAuthority:
-    """The lease operations of spec §4.3 on one in-memory lease, with scripted faults:
+    """The lease operations of LA §4.3 on one in-memory lease, with scripted faults:
     `hang` blocks an operation until it is cancelled, `respond_after_s` applies it and answers
     later, `errors` raises queued errors first. `calls` and `cancelled` record what happened."""
 

@@ -1,7 +1,7 @@
 """Test support for the leader authority: a store wrapper that pauses requests on one path, and
 small builders shared by the lease tests.
 
-`PausingStore` (spec_leader_lease §9's "blocking store"): pause the next PUT or GET on an exact
+`PausingStore` (LA §9's "blocking store"): pause the next PUT or GET on an exact
 key until the test releases it (several callers can be held at one gate), optionally report an
 applied PUT as failed (an ambiguous write), and log every request as `(op, key)` so tests can
 assert exact request counts.
@@ -241,7 +241,7 @@ async def record_seqs(store: ObjectStore) -> list[int]:
 
 
 def fault_record(head: LeaderAuthorityRecord, reporter_node: int) -> LeaderAuthorityRecord:
-    """A recovery-fault admission after `head` (a non-liveness append, §3.3): seq+1, renewal,
+    """A recovery-fault admission after `head` (a non-liveness append, LA §3.3): seq+1, renewal,
     token, owner and expiry unchanged; the slot's fault_sequence and the revision = seq+1."""
     seq = head.lease.seq + 1
     participant = FenceParticipant(node_id=reporter_node, boot_incarnation=boot(reporter_node))

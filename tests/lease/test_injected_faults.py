@@ -5,10 +5,10 @@ memory store) run a seeded random schedule of term starts, renewals, takeovers a
 outcome decisions while every request may fail before it applies, lose its response after it
 applied, or report a conflict for a write that landed. Whatever the faults:
 
-- S1/S2: the durable log has one record per sequence, contiguous from 1 to the head;
-- S4: tokens never decrease along the log, and each token belongs to exactly one owner;
-- S5: every admitted outcome's proof is the lease of the record that admitted it;
-- S11: at most one outcome per epoch, and every caller that got an answer was told the
+- LA-1/LA-2: the durable log has one record per sequence, contiguous from 1 to the head;
+- LA-4: tokens never decrease along the log, and each token belongs to exactly one owner;
+- LA-5: every admitted outcome's proof is the lease of the record that admitted it;
+- LA-13: at most one outcome per epoch, and every caller that got an answer was told the
   durable one.
 """
 
@@ -117,7 +117,7 @@ async def schedule(seed: int) -> None:
             else:
                 await process.lease_step()
         except Fenced:
-            process.proof = None  # S6: a fenced term never acts again
+            process.proof = None  # LA-6: a fenced term never acts again
         except Refused:
             epoch += 1  # a non-advancing epoch after another term's outcome: move on
         except EXPECTED:
@@ -138,13 +138,13 @@ async def check_log(inner: ObstoreStore, told: dict[int, list[CheckpointOutcome]
         record = await read_record(inner, seq)
         assert record is not None, f"sequence {seq} is missing below head {head.record.lease.seq}"
         lease = record.lease
-        assert lease.token >= last_token, f"token regressed at {seq}"  # S4
+        assert lease.token >= last_token, f"token regressed at {seq}"  # LA-4
         assert owners.setdefault(lease.token, lease.owner) == lease.owner  # one owner per token
         last_token = lease.token
         outcome = record.checkpoint_outcome
         if outcome is not None:
-            assert outcome.leader_proof == lease.proof()  # S5: admitted under its own term
-            assert outcome.epoch not in outcomes  # S11: one outcome per epoch
+            assert outcome.leader_proof == lease.proof()  # LA-5: admitted under its own term
+            assert outcome.epoch not in outcomes  # LA-13: one outcome per epoch
             outcomes[outcome.epoch] = outcome
     for epoch, answers in told.items():
         assert all(answer == outcomes[epoch] for answer in answers), f"epoch {epoch}"

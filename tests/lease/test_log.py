@@ -1,7 +1,8 @@
-"""The authority log: records, head pointer, discovery, append (spec_leader_lease §4.1, §1.4;
-§9 scenarios 17-29 and the read paths of 35-37, 40, 41; invariants S1-S3, S21-S23).
+"""The authority log: records, head pointer, discovery, append (LA §4.1, LA §1.4; LA-T17 to LA-T29
+and the read paths of LA-T35 to LA-T37, LA-T40, LA-T41; invariants LA-1 to LA-3, LA-11, LA-21,
+LA-12).
 
-Scenarios 17-22 run on memory, file and the S3 test server; the rest on memory and file. Lost
+LA-T17 to LA-T22 run on memory, file and the S3 test server; the rest on memory and file. Lost
 responses and paused requests go through PausingStore, ScriptedStore or FaultyStore.
 """
 
@@ -51,7 +52,7 @@ from tests.support.scripted_store import ScriptedStore
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])
 
 
-def test_17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -69,7 +70,7 @@ def test_17_healthy_reads_never_list(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         for seq in (1, 6, 7):
@@ -90,7 +91,7 @@ def test_18_missing_pointer_discovery(make_store: Callable[[], ObjectStore]) -> 
     asyncio.run(main())
 
 
-def test_19_record_before_pointer_crash_repaired(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t19_record_before_pointer_crash_repaired(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         leader = authority(store, 1)
@@ -106,7 +107,7 @@ def test_19_record_before_pointer_crash_repaired(make_store: Callable[[], Object
     asyncio.run(main())
 
 
-def test_20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         acquired(await begin(authority(store.inner, 1)))
@@ -127,7 +128,7 @@ def test_20_stalled_reader_target_pruned(make_store: Callable[[], ObjectStore]) 
 
 
 @pytest.mark.parametrize("kind", [FaultKind.AFTER, FaultKind.AFTER_AS_CONFLICT])
-def test_21_ambiguous_pointer_update_reconciled(
+def test_la_t21_ambiguous_pointer_update_reconciled(
     make_store: Callable[[], ObjectStore], kind: FaultKind
 ) -> None:
     async def main() -> None:
@@ -143,7 +144,7 @@ def test_21_ambiguous_pointer_update_reconciled(
     asyncio.run(main())
 
 
-def test_22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -157,7 +158,7 @@ def test_22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectSto
         assert await log.append(store, clock, head1, fault) == AppendContended(winner=renewal)
         acquired(await renew(leader, 1))  # seq 3
         before = await store.get(HEAD_PATH)
-        # S2: a stale publication cannot move the pointer back.
+        # LA-2: a stale publication cannot move the pointer back.
         assert await log.publish_pointer(store, clock, 2, head1.pointer) == 3
         after = await store.get(HEAD_PATH)
         assert after.body == before.body and after.meta.e_tag == before.meta.e_tag
@@ -166,7 +167,7 @@ def test_22_contenders_cannot_regress_pointer(make_store: Callable[[], ObjectSto
 
 
 @LOCAL
-def test_23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         leader = authority(store, 1)
@@ -196,7 +197,7 @@ def test_23_stalled_writer_resurrects_pruned_seq(make_store: Callable[[], Object
 
 
 @LOCAL
-def test_24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         await put_record(store.inner, record_at(1))
@@ -210,7 +211,7 @@ def test_24_malformed_pointer(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         await put_record(store.inner, record_at(1))
@@ -223,7 +224,7 @@ def test_25_pointer_ahead(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         for seq in (1, 2, 3):
@@ -237,7 +238,7 @@ def test_26_pointer_lags_two(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         clock = SimulatedClock(seed=1)
@@ -252,7 +253,7 @@ def test_27_versionless_pointer_update(make_store: Callable[[], ObjectStore]) ->
     asyncio.run(main())
 
 
-def test_28_nonce_uniqueness() -> None:
+def test_la_t28_nonce_uniqueness() -> None:
     clock = SimulatedClock(seed=1)
     first, second = log.new_pointer(clock, 7), log.new_pointer(clock, 7)
     assert first.sequence == second.sequence == 7
@@ -261,7 +262,7 @@ def test_28_nonce_uniqueness() -> None:
     assert decode_pointer(encode_pointer(first)) == first
 
 
-def test_29_local_fs_without_update(tmp_path: Path) -> None:
+def test_la_t29_local_fs_without_update(tmp_path: Path) -> None:
     async def main() -> None:
         inner = FileStore(str(tmp_path / "no-update"), fsync=False)
         store = ScriptedStore(inner)
@@ -284,7 +285,7 @@ def test_29_local_fs_without_update(tmp_path: Path) -> None:
 
 
 @LOCAL
-def test_35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = ScriptedStore(make_store())
         await store.inner.put(record_path(1), b" " * (MAX_AUTHORITY_RECORD_BYTES + 1), CREATE)
@@ -299,7 +300,7 @@ def test_35_oversized_record(make_store: Callable[[], ObjectStore]) -> None:
 
 
 @LOCAL
-def test_36_empty_record(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t36_empty_record(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         await store.put(record_path(1), b"", CREATE)
@@ -327,7 +328,7 @@ def _reordered(body: bytes) -> bytes:
     ],
     ids=["pretty", "reordered", "early_version"],
 )
-def test_37_noncanonical_record(
+def test_la_t37_noncanonical_record(
     make_store: Callable[[], ObjectStore], rewrite: Callable[[bytes], bytes]
 ) -> None:
     async def main() -> None:
@@ -345,7 +346,7 @@ def test_37_noncanonical_record(
 @pytest.mark.parametrize(
     "stray", [RECORDS_PREFIX + "garbage.txt", RECORDS_PREFIX + "v1.json"], ids=["40", "41"]
 )
-def test_40_41_stray_or_noncanonical_path(
+def test_la_t40_t41_stray_or_noncanonical_path(
     make_store: Callable[[], ObjectStore], stray: str
 ) -> None:
     async def main() -> None:
@@ -361,7 +362,7 @@ def test_40_41_stray_or_noncanonical_path(
 
 @LOCAL
 def test_append_reconciles_ambiguous_create(make_store: Callable[[], ObjectStore]) -> None:
-    """§4.1.6 step 4 and §11.2: a create applied but reported failed is ExistingIdentical."""
+    """LA §4.1.6 step 4 and LA §11.2: a create applied but reported failed is ExistingIdentical."""
 
     async def main() -> None:
         store = PausingStore(make_store())
@@ -383,7 +384,7 @@ def test_append_reconciles_ambiguous_create(make_store: Callable[[], ObjectStore
 
 @LOCAL
 def test_append_lost_create_is_unavailable(make_store: Callable[[], ObjectStore]) -> None:
-    """§4.1.6 step 4: a failed create with nothing durable is Io, and nothing is published."""
+    """LA §4.1.6 step 4: a failed create with nothing durable is Io, and nothing is published."""
 
     async def main() -> None:
         store = ScriptedStore(make_store())

@@ -1,4 +1,4 @@
-"""The lease manager, spec_leader_lease §9 scenarios 91-98 (§4.9, §6, S6-S9).
+"""The lease manager, LA-T91 to LA-T98 (LA §4.9, LA §6, LA-6 to LA-9).
 
 Time is simulated (SimClock, driven by `drive`); ttl 1 s and renew interval 0.25 s are dyadic
 so every simulated instant is exact. Most scenarios run against a scripted fake authority;
@@ -51,10 +51,10 @@ RECORDS = "control/leader-lease/v"
 STORE_PAUSE, PROCESS_PAUSE, HOLDER_STALL = 0.01, 0.02, 0.2
 
 
-# 91
+# LA-T91
 
 
-def test_91_delayed_acquisition_response() -> None:
+def test_la_t91_delayed_acquisition_response() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         fake.respond_after_s["begin_new_term"] = TTL + 1  # applied, answered too late
         start = clock.monotonic()
@@ -70,7 +70,9 @@ def test_91_delayed_acquisition_response() -> None:
     fake_case(body)
 
 
-def test_91_delayed_acquisition_response_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t91_delayed_acquisition_response_real_store(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -88,10 +90,10 @@ def test_91_delayed_acquisition_response_real_store(make_store: Callable[[], Obj
     asyncio.run(main())
 
 
-# 92
+# LA-T92
 
 
-def test_92_candidacy_loss_interrupts_hung_renewal() -> None:
+def test_la_t92_candidacy_loss_interrupts_hung_renewal() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(0)
@@ -113,7 +115,7 @@ def test_92_candidacy_loss_interrupts_hung_renewal() -> None:
     fake_case(body)
 
 
-# 93
+# LA-T93
 
 
 async def _reacquisition_rotates_token(run: Run) -> None:
@@ -132,12 +134,12 @@ async def _reacquisition_rotates_token(run: Run) -> None:
     await run.drive(RENEW)
     second = run.lease()
     assert second is not None and second.owner == OWNER
-    assert second.token > first.token  # S9: re-acquisition rotates the token
+    assert second.token > first.token  # LA-9: re-acquisition rotates the token
     assert run.manager.proof() == second.proof()
     assert not lease_grants_proof(second, OWNER, run.manager.deadline.is_live(), old_proof)
 
 
-def test_93_reacquisition_rotates_token() -> None:
+def test_la_t93_reacquisition_rotates_token() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await _reacquisition_rotates_token(run)
@@ -146,7 +148,9 @@ def test_93_reacquisition_rotates_token() -> None:
     fake_case(body)
 
 
-def test_93_reacquisition_rotates_token_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t93_reacquisition_rotates_token_real_store(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -158,10 +162,10 @@ def test_93_reacquisition_rotates_token_real_store(make_store: Callable[[], Obje
     asyncio.run(main())
 
 
-# 94
+# LA-T94
 
 
-def test_94_coalesced_flap_rotates_token() -> None:
+def test_la_t94_coalesced_flap_rotates_token() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(RENEW)
@@ -178,10 +182,10 @@ def test_94_coalesced_flap_rotates_token() -> None:
     fake_case(body)
 
 
-# 95
+# LA-T95
 
 
-def test_95_hung_renewal_fences_at_deadline() -> None:
+def test_la_t95_hung_renewal_fences_at_deadline() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         start = clock.monotonic()
         async with running(clock, fake) as run:
@@ -198,7 +202,7 @@ def test_95_hung_renewal_fences_at_deadline() -> None:
     fake_case(body)
 
 
-# 96
+# LA-T96
 
 
 async def _shutdown_fences(run: Run) -> None:
@@ -210,7 +214,7 @@ async def _shutdown_fences(run: Run) -> None:
     assert run.manager.deadline.terminal and not run.manager.deadline.is_live()
 
 
-def test_96_shutdown_fences() -> None:
+def test_la_t96_shutdown_fences() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await _shutdown_fences(run)
@@ -218,7 +222,7 @@ def test_96_shutdown_fences() -> None:
     fake_case(body)
 
 
-def test_96_cancellation_fences() -> None:
+def test_la_t96_cancellation_fences() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         manager = LeaderLeaseManager(fake, OWNER, CONFIG, clock)
         async with asyncio.TaskGroup() as group:
@@ -232,7 +236,7 @@ def test_96_cancellation_fences() -> None:
     fake_case(body)
 
 
-def test_96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         clock = SimClock()
         authority, tracked = real_authority(make_store(), clock)
@@ -242,10 +246,10 @@ def test_96_shutdown_fences_real_store(make_store: Callable[[], ObjectStore]) ->
     asyncio.run(main())
 
 
-# 97
+# LA-T97
 
 
-def test_97_grant_predicates() -> None:
+def test_la_t97_grant_predicates() -> None:
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         async with running(clock, fake) as run:
             await run.drive(0)
@@ -254,7 +258,7 @@ def test_97_grant_predicates() -> None:
             proof = lease.proof()
             assert run.manager.proof() == proof and run.manager.grants_leadership()
             assert lease_grants_proof(lease, OWNER, True, proof)
-            for other in (RIVAL, owner(1, boot=2), owner(1, term=2)):  # S10: exact owner
+            for other in (RIVAL, owner(1, boot=2), owner(1, term=2)):  # LA-10: exact owner
                 assert not lease_grants_leadership(lease, other, True)
                 assert not lease_grants_proof(lease, other, True, proof)
             stale = type(proof)(owner=proof.owner, fencing_token=proof.fencing_token + 1)
@@ -274,7 +278,7 @@ def test_97_grant_predicates() -> None:
     fake_case(body)
 
 
-# 98
+# LA-T98
 
 
 @dataclass
@@ -318,7 +322,7 @@ def _members(rng: random.Random, base: SimClock, nodes: int) -> list[_Node]:
 
 
 async def _skew_simulation(seed: int, *, nodes: int, seconds: float) -> None:
-    """Never two live deadlines with different (owner, token) at one instant (S4, S7, S8);
+    """Never two live deadlines with different (owner, token) at one instant (LA-4, LA-7, LA-8);
     a failure names its seed, which alone replays the run."""
     rng = random.Random(seed)
     base = SimClock(seed=seed)
@@ -370,5 +374,5 @@ async def _skew_simulation(seed: int, *, nodes: int, seconds: float) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1), nodes=st.integers(2, 4))
-def test_98_clock_skew_property(seed: int, nodes: int) -> None:
+def test_la_t98_clock_skew_property(seed: int, nodes: int) -> None:
     asyncio.run(_skew_simulation(seed, nodes=nodes, seconds=16.0))

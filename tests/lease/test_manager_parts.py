@@ -1,6 +1,7 @@
-"""LeaseDeadline (§4.9.2), LeaderCandidacy and its watch (§3.10), the manager's config and
-construction (§4.9.1), and the loop's rules of §4.9.3 and §6 beyond scenarios 91-98: takeover
-after a full observation, error handling, tick skipping and the attempt-start anchor (S8)."""
+"""LeaseDeadline (LA §4.9.2), LeaderCandidacy and its watch (LA §3.10), the manager's config and
+construction (LA §4.9.1), and the loop's rules of LA §4.9.3 and LA §6 beyond LA-T91 to LA-T98:
+takeover after a full observation, error handling, tick skipping and the attempt-start anchor
+(LA-8)."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ def test_lease_watch_counts_changes() -> None:
     sim(main())
 
 
-# configuration and construction (§4.9.1)
+# configuration and construction (LA §4.9.1)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +190,7 @@ def test_run_twice_is_refused() -> None:
     fake_case(body)
 
 
-# the loop (§4.9.3, §6)
+# the loop (LA §4.9.3, LA §6)
 
 
 def test_takeover_after_a_full_observation_of_an_unchanged_rival() -> None:
@@ -205,7 +206,7 @@ def test_takeover_after_a_full_observation_of_an_unchanged_rival() -> None:
             await run.drive(TICK)
             lease = run.lease()
             assert lease is not None and lease.token == 2 and lease.owner == owner(1)
-            # S7: the takeover runs exactly a full ttl after the observation started.
+            # LA-7: the takeover runs exactly a full ttl after the observation started.
             assert fake.calls[-1] == "try_takeover"
             assert fake.call_times[-1] == start + TTL
 
@@ -239,7 +240,7 @@ def test_store_errors_keep_the_token_until_the_deadline() -> None:
             fake.errors["renew_exact"] = [StoreUnavailable("store down")] * 100
             await run.drive(TTL - TICK)
             assert run.manager.deadline.is_live() and not run.task.done()
-            await run.drive(TICK)  # S8: no renewal landed in time: fence at valid_until
+            await run.drive(TICK)  # LA-8: no renewal landed in time: fence at valid_until
             assert run.task.done() and run.manager.deadline.terminal
             assert clock.monotonic() == start + 3 * RENEW + TTL
 
@@ -273,7 +274,7 @@ def test_validity_is_anchored_at_the_attempt_start_and_missed_ticks_are_skipped(
             await run.drive(0)
             fake.respond_after_s["renew_exact"] = 12 / 64  # the renewal at +0.25 answers later
             await run.drive(RENEW + 13 / 64)
-            assert run.manager.deadline.valid_until == start + RENEW + TTL  # S8: the start
+            assert run.manager.deadline.valid_until == start + RENEW + TTL  # LA-8: the start
             fake.respond_after_s["renew_exact"] = 0.625  # the renewal at +0.5 answers at +1.125
             await run.drive(1.5 - RENEW - 13 / 64)
             offsets = [t - start for t in fake.call_times]

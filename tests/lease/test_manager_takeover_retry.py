@@ -41,7 +41,7 @@ def test_failed_takeover_waits_for_the_next_tick() -> None:
 
 
 def test_first_takeover_is_exactly_at_the_instant() -> None:
-    """The retry gate does not delay the first attempt (S7: a full ttl of observation)."""
+    """The retry gate does not delay the first attempt (LA-7: a full ttl of observation)."""
 
     async def body(clock: SimClock, fake: FakeAuthority) -> None:
         fake.install(owner(2))

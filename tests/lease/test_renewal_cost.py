@@ -76,7 +76,7 @@ def test_a_stale_hint_after_a_foreign_append_re_reads_and_renews(
 def test_a_stale_hint_never_lets_a_deposed_leader_renew(
     make_store: Callable[[], ObjectStore],
 ) -> None:
-    """S6 with the hint: the rival took over at seq 2; our hinted create of seq 2 fails and the
+    """LA-6 with the hint: the rival took over at seq 2; our hinted create of seq 2 fails and the
     renewal is fenced, never written."""
 
     async def main() -> None:

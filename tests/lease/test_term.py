@@ -1,6 +1,6 @@
-"""Lease operations (spec_leader_lease §4.3, §3.3; §9 scenarios 1-15; invariants S4-S10).
+"""Lease operations (LA §4.3, LA §3.3; LA-T1 to LA-T15; invariants LA-4 to LA-10).
 
-Scenarios 1-11 run on memory, file and the S3 test server; the paused-race scenarios 12-15 on
+LA-T1 to LA-T11 run on memory, file and the S3 test server; the paused-race LA-T12 to LA-T15 on
 memory and file. Each "process" has its own SimulatedClock (distinct seeds, so nonces differ):
 takeover waits are simulated monotonic time, never real sleeps.
 """
@@ -52,7 +52,7 @@ from tests.lease.pausing_store import (
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"])
 
 
-def test_01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         lease = acquired(await begin(authority(store, 1)))
@@ -64,20 +64,20 @@ def test_01_empty_acquire(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_02_exact_renew_keeps_token(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t02_exact_renew_keeps_token(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1, wall_start_ms=10)
         first = acquired(await begin(leader))
         assert first.expires_at_ms == 10 + 5_000
         renewed = acquired(await renew(leader, 1))
-        assert counters(renewed) == (2, 2, 1)  # S4: renewal never advances the token
+        assert counters(renewed) == (2, 2, 1)  # LA-4: renewal never advances the token
         assert renewed.owner == A
         assert await leader.load() == renewed
 
     asyncio.run(main())
 
 
-def test_03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent, rival = authority(make_store(), 1), authority(make_store(), 2)
         assert counters(acquired(await begin(incumbent))) == (1, 1, 1)
@@ -89,7 +89,7 @@ def test_03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
         taken = acquired(await takeover(rival, observation))
         assert counters(taken) == (4, 4, 3)
         assert taken.owner == B
-        # The deposed owner re-entering gets Held on the new term, never a fork (S6, S7).
+        # The deposed owner re-entering gets Held on the new term, never a fork (LA-6, LA-7).
         assert held(await begin(incumbent)) == taken
         with pytest.raises(Fenced, match="superseded by a rival owner"):
             await renew(incumbent, 2)
@@ -97,7 +97,7 @@ def test_03_counter_progression(make_store: Callable[[], ObjectStore]) -> None:
     asyncio.run(main())
 
 
-def test_04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         with pytest.raises(Fenced, match="lost the durable authority head"):
@@ -107,11 +107,11 @@ def test_04_renew_exact_missing_head(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         assert acquired(await begin(leader)).token == 1
-        assert acquired(await begin(leader)).token == 2  # S9: a new term rotates the token
+        assert acquired(await begin(leader)).token == 2  # LA-9: a new term rotates the token
         with pytest.raises(Fenced, match="superseded by a newer local term"):
             await renew(leader, 1)
         assert counters(await leader.load()) == (2, 2, 2)
@@ -119,7 +119,7 @@ def test_05_renew_exact_after_local_new_term(make_store: Callable[[], ObjectStor
     asyncio.run(main())
 
 
-def test_06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         incumbent, rival = authority(store, 1), authority(make_store(), 2)
@@ -132,13 +132,13 @@ def test_06_rival_blocked_while_live(make_store: Callable[[], ObjectStore]) -> N
     asyncio.run(main())
 
 
-def test_07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = make_store()
         incumbent = authority(store, 1, ttl_s=0.02)
         rival = authority(make_store(), 2, ttl_s=0.02, wall_start_ms=I64_MAX - 30)
         lease = acquired(await begin(incumbent))
-        # S7: the rival's wall clock is far past the incumbent's expires_at_ms: still Held.
+        # LA-7: the rival's wall clock is far past the incumbent's expires_at_ms: still Held.
         assert held(await begin(rival, B)) == lease
         observation = rival.observe_rival(B, lease)
         assert held(await takeover(rival, observation)) == lease
@@ -147,7 +147,9 @@ def test_07_fast_rival_clock_cannot_steal(make_store: Callable[[], ObjectStore])
     asyncio.run(main())
 
 
-def test_08_backward_owner_clock_still_invalidates(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t08_backward_owner_clock_still_invalidates(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         incumbent = authority(make_store(), 1, wall_start_ms=0)  # expiries in 1970
         rival = authority(make_store(), 2)
@@ -162,7 +164,7 @@ def test_08_backward_owner_clock_still_invalidates(make_store: Callable[[], Obje
     asyncio.run(main())
 
 
-def test_09_full_observation_required(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t09_full_observation_required(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         incumbent = authority(make_store(), 1)
         lease = acquired(await begin(incumbent))
@@ -171,7 +173,7 @@ def test_09_full_observation_required(make_store: Callable[[], ObjectStore]) -> 
         observation = rival.observe_rival(B, lease)
         sim(rival).advance(TTL_S - 0.001)
         assert held(await takeover(rival, observation)) == lease
-        assert watched.log == []  # S7: decided on the monotonic clock, without I/O
+        assert watched.log == []  # LA-7: decided on the monotonic clock, without I/O
         sim(rival).advance(0.002)
         taken = acquired(await takeover(rival, observation))
         assert counters(taken) == (2, 2, 2)
@@ -180,13 +182,13 @@ def test_09_full_observation_required(make_store: Callable[[], ObjectStore]) -> 
     asyncio.run(main())
 
 
-def test_10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         old = owner(7, boot_n=1, term=3)
         new = owner(7, boot_n=2, term=4)
         incumbent, restarted = authority(make_store(), 1), authority(make_store(), 2)
         lease = acquired(await begin(incumbent, old))
-        # S10: the same node with a new boot and term is a rival, not the same owner.
+        # LA-10: the same node with a new boot and term is a rival, not the same owner.
         assert held(await begin(restarted, new)) == lease
         observation = restarted.observe_rival(new, lease)
         sim(restarted).advance(TTL_S + 0.5)
@@ -197,7 +199,7 @@ def test_10_same_node_new_boot_is_rival(make_store: Callable[[], ObjectStore]) -
     asyncio.run(main())
 
 
-def test_11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = authority(make_store(), 1)
         lease = acquired(await begin(leader))
@@ -208,7 +210,7 @@ def test_11_observe_self_rejected(make_store: Callable[[], ObjectStore]) -> None
 
 
 @LOCAL
-def test_12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         store = PausingStore(make_store())
         gate = store.pause_put(record_path(1), count=2)
@@ -228,7 +230,7 @@ def test_12_two_racers_one_winner(make_store: Callable[[], ObjectStore]) -> None
 
 
 @LOCAL
-def test_13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         incumbent, rival = authority(paused, 1), authority(make_store(), 2)
@@ -244,7 +246,7 @@ def test_13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) ->
                 taken = acquired(await takeover(rival, observation))
                 assert counters(taken) == (2, 2, 2)
                 gate.release.set()
-        # S6: the delayed renewal is fenced; it never survives the takeover.
+        # LA-6: the delayed renewal is fenced; it never survives the takeover.
         assert failed.group_contains(Fenced, match="rival-owner CAS race")
         assert await rival.load() == taken
 
@@ -252,7 +254,9 @@ def test_13_renewal_fenced_by_takeover(make_store: Callable[[], ObjectStore]) ->
 
 
 @LOCAL
-def test_14_fault_append_does_not_reset_observation(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t14_fault_append_does_not_reset_observation(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         store = make_store()
         incumbent, rival = authority(store, 1), authority(make_store(), 2)
@@ -273,7 +277,9 @@ def test_14_fault_append_does_not_reset_observation(make_store: Callable[[], Obj
 
 
 @LOCAL
-def test_15_fault_contention_cannot_starve_takeover(make_store: Callable[[], ObjectStore]) -> None:
+def test_la_t15_fault_contention_cannot_starve_takeover(
+    make_store: Callable[[], ObjectStore],
+) -> None:
     async def main() -> None:
         paused = PausingStore(make_store())
         incumbent, rival = authority(make_store(), 1), authority(paused, 2)
@@ -300,7 +306,7 @@ def test_15_fault_contention_cannot_starve_takeover(make_store: Callable[[], Obj
 
 @LOCAL
 def test_renew_exact_retries_after_same_term_append(make_store: Callable[[], ObjectStore]) -> None:
-    """§4.3.2: a same-owner, same-token winner (a decision or fault append) means retry."""
+    """LA §4.3.2: a same-owner, same-token winner (a decision or fault append) means retry."""
 
     async def main() -> None:
         paused = PausingStore(make_store())
@@ -394,6 +400,6 @@ def test_grant_predicates() -> None:
     assert not lease_grants_proof(lease, A, False, proof)
     assert not lease_grants_proof(None, A, True, proof)
     rotated = lease_of(4, 4, 3, A)
-    assert not lease_grants_proof(rotated, A, True, proof)  # S9: a stale proof fails
+    assert not lease_grants_proof(rotated, A, True, proof)  # LA-9: a stale proof fails
     foreign = lease_of(3, 3, 2, B).proof()
     assert not lease_grants_proof(lease, A, True, foreign)

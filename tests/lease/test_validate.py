@@ -1,5 +1,5 @@
-"""Leader authority record validation, part 1 (spec_leader_lease §2.3, §2.5, §3.2, §3.12 steps
-1-5, §4.1.1) and §9 scenarios 16, 28, 38 (decode half) and 39.
+"""Leader authority record validation, part 1 (LA §2.3, LA §2.5, LA §3.2, LA §3.12 steps
+1-5, LA §4.1.1) and LA-T16, LA-T28, LA-T38 (decode half) and LA-T39.
 
 Every rule has a case that takes a valid record (`builders.py`), breaks exactly that rule, and
 asserts the rule's message; the unbroken record is validated first, so a case cannot pass
@@ -62,11 +62,11 @@ def test_every_base_record_is_valid() -> None:
         assert v.decode_record(v.encode_record(build()), "k", 40) == build()
 
 
-# (case id, base record, the one mutation, the rule's message substring), in §3.12 step order.
+# (case id, base record, the one mutation, the rule's message substring), in LA §3.12 step order.
 RECORD_RULES: list[tuple[str, str, Mutation, str]] = [
     # step 1
     ("version", "carried", lambda r: replace(r, version=8), "authority record version 8 is unsupp"),
-    # step 2 (§3.1, §3.2)
+    # step 2 (LA §3.1, LA §3.2)
     ("owner_node", "carried", lambda r: with_lease(r, owner=replace(OWNER, node=0)), "node is 0"),
     ("owner_boot_nil", "carried", lambda r: with_lease(r, owner=replace(OWNER, boot=NIL)), "boot"),
     (
@@ -313,7 +313,7 @@ def test_record_rule(base: str, mutate: Mutation, substring: str) -> None:
     expect_violation(mutate(record), substring)
 
 
-def test_16_invalid_renewal_sequence() -> None:
+def test_la_t16_invalid_renewal_sequence() -> None:
     v.validate_lease(lease(seq=5, renewal=5, token=1))
     v.validate_lease(lease(seq=5, renewal=1, token=1))
     for renewal in (0, 6):
@@ -332,7 +332,7 @@ def test_16_invalid_renewal_sequence() -> None:
             v.decode_record(encode(record), record_path(5), 5)
 
 
-# §2.3: the head pointer.
+# LA §2.3: the head pointer.
 HEAD = "leader authority head has an unsupported version, zero sequence, or nil nonce"
 
 
@@ -372,7 +372,7 @@ def test_pointer_round_trip_and_strict_decoding() -> None:
     assert v.decode_pointer(body) == pointer(sequence=2**64 - 1)
     good = v.encode_pointer(pointer())
     for bad in (
-        b'{"version":1,"sequence":1}',  # scenario 24: the nonce is missing
+        b'{"version":1,"sequence":1}',  # LA-T24: the nonce is missing
         good[:-1] + b',"extra":1}',  # unknown field
         good.replace(b",", b", "),  # not canonical
         good + b"\n",
@@ -386,14 +386,14 @@ def test_pointer_round_trip_and_strict_decoding() -> None:
         v.decode_pointer(good + b" " * (129 - len(good)), HEAD_PATH)
 
 
-def test_28_nonce_uniqueness() -> None:
+def test_la_t28_nonce_uniqueness() -> None:
     first, second = v.encode_pointer(pointer(nonce=uid(1))), v.encode_pointer(pointer(nonce=uid(2)))
     assert first != second
     assert v.decode_pointer(first).sequence == v.decode_pointer(second).sequence == 7
 
 
-# Encoding and decoding (§2.5, §4.1.1, §4.1.6 step 1).
-def test_38_unknown_field() -> None:
+# Encoding and decoding (LA §2.5, LA §4.1.1, LA §4.1.6 step 1).
+def test_la_t38_unknown_field() -> None:
     body = v.encode_record(carried())
     key = record_path(40)
     inner = body.replace(b'"catalog_manifest":', b'"extra":1,"catalog_manifest":', 1)
@@ -405,7 +405,7 @@ def test_38_unknown_field() -> None:
         assert caught.value.key == key
 
 
-def test_39_seq_mismatch() -> None:
+def test_la_t39_seq_mismatch() -> None:
     record = LeaderAuthorityRecord.initial(lease(seq=5, renewal=5, token=1))
     body = v.encode_record(record)
     assert v.decode_record(body, record_path(5), 5) == record
@@ -436,7 +436,7 @@ def test_decode_rejects_every_noncanonical_form() -> None:
         body.replace(b'{"version":9,', b'{"version":9,"version":9,', 1),  # duplicate key
         body.replace(DEPLOYMENT.encode(), DEPLOYMENT.upper().encode(), 1),
         b"",
-        b'{"seq":40,"token":2,"owner":7,"expires_at_ms":0}',  # scenario 37: the early version
+        b'{"seq":40,"token":2,"owner":7,"expires_at_ms":0}',  # LA-T37: the early version
     ):
         with pytest.raises(CorruptRecord) as caught:
             v.decode_record(bad, key, 40)

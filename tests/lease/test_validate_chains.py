@@ -1,4 +1,4 @@
-"""Leader authority record validation, part 2: spec_leader_lease §3.12 steps 6-11 (the fault
+"""Leader authority record validation, part 2: LA §3.12 steps 6-11 (the fault
 inventory, the outcome chain and its floor, the assignment-decision chain and its floor, the
 recovery release), each rule broken alone on a valid record from `builders.py`.
 """
@@ -481,7 +481,7 @@ def test_chain_rule(base: str, mutate: Mutation, substring: str) -> None:
 
 def test_decode_validates_after_reading() -> None:
     """The same rules run on every decode: a record read from the store that breaks one is a
-    CorruptRecord naming its key (S21)."""
+    CorruptRecord naming its key (LA-11)."""
     key = record_path(40)
     for _, base, mutate, substring in CHAIN_RULES:
         with pytest.raises(CorruptRecord) as caught:

@@ -1,6 +1,6 @@
-"""Validation of decisions and references: spec_leader_lease §3.6 (drain and recovery decisions),
-§8.2 (process-lease fences), §3.8 (release references), §8.8 (catalog manifest), and §9
-scenario 65 (a successor may Abort, never Commit).
+"""Validation of decisions and references: LA §3.6 (drain and recovery decisions),
+LA §8.2 (process-lease fences), LA §3.8 (release references), LA §8.8 (catalog manifest), and
+LA-T65 (a successor may Abort, never Commit).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.lease.builders import (
     uid,
 )
 
-# §3.6 and §3.12 "Decision validation", on the decisions themselves.
+# LA §3.6 and LA §3.12 "Decision validation", on the decisions themselves.
 DRAIN = "assignment drain decision is not canonical"
 RECOVERY = "assignment recovery decision is not a canonical successor"
 REMOVED = "assignment recovery decision requires the exact removed predecessor process set"
@@ -253,8 +253,8 @@ def test_decision_rule(build: Callable[[], Any], substring: str) -> None:
     assert substring in str(caught.value), str(caught.value)
 
 
-def test_65_successor_can_abort_not_commit() -> None:
-    """A replacement term may Abort its predecessor's transition, never Commit it (S15)."""
+def test_la_t65_successor_can_abort_not_commit() -> None:
+    """A replacement term may Abort its predecessor's transition, never Commit it (LA-15)."""
     v.validate_drain_decision(drain(7, commit=False, proof=RIVAL_PROOF, leader=PROOF))
     with pytest.raises(
         ShapeViolation, match=re.escape("a Commit requires leader_proof == transition.leader")
@@ -265,7 +265,7 @@ def test_65_successor_can_abort_not_commit() -> None:
     assert not v.process_fence_is_canonical(pfence(9, uid(3), succ={"seq": 10}))
 
 
-# §8.8: the catalog manifest.
+# LA §8.8: the catalog manifest.
 def manifest(*entries: tuple[str, str]) -> CatalogManifest:
     return CatalogManifest(
         version=1,
@@ -300,7 +300,7 @@ def test_catalog_manifest_rule(bad: CatalogManifest, substring: str) -> None:
     assert substring in str(caught.value)
 
 
-# §3.8: release references.
+# LA §3.8: release references.
 RELEASE = "recovery release terminal reference is not canonical"
 
 

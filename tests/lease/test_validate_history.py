@@ -1,5 +1,5 @@
-"""§9 scenario 79 (the fault-inventory headroom) and a property test: random authority histories
-built the way the writers build records (spec §3.3, §3.4, §4) are valid at every step and
+"""LA-T79 (the fault-inventory headroom) and a property test: random authority histories
+built the way the writers build records (LA §3.3, LA §3.4, LA §4) are valid at every step and
 round-trip through encode_record/decode_record.
 """
 
@@ -55,7 +55,7 @@ from tests.lease.builders import (
     uid,
 )
 
-# Scenario 79: the fault-inventory headroom, on the heaviest record the rules allow.
+# LA-T79: the fault-inventory headroom, on the heaviest record the rules allow.
 U64_MAX, I64_MIN = 2**64 - 1, -(2**63)
 
 
@@ -178,7 +178,7 @@ def _heavy(record: LeaderAuthorityRecord) -> LeaderAuthorityRecord:
     )
 
 
-def test_79_headroom() -> None:
+def test_la_t79_headroom() -> None:
     limit = 262_144 - 32_768
     for count in (129, 516):  # the spec's scenario: the lease and maximal slots
         record = maximal_record(count, heavy=False)
@@ -203,7 +203,7 @@ def test_79_headroom() -> None:
         v.encode_record(too_many)
 
 
-# Hypothesis: random histories of the authority (spec §3.3 and §4's record transitions) give
+# Hypothesis: random histories of the authority (LA §3.3 and LA §4's record transitions) give
 # valid records at every step, and every one round-trips through encode_record/decode_record.
 OWNERS = tuple(LeaderLeaseOwner(node=n, boot=uid(500 + n), process_term=n) for n in (3, 5, 8))
 OPERATIONS = (

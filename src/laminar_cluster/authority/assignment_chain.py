@@ -1,12 +1,12 @@
-"""The assignment-decision chain: its audit and its retention floor (spec_leader_lease §3.6,
-§4.5.5, §4.5.6; invariants S5, S15, S21, S22), the pure chain rules of §4.5.1 steps 2, 5 and 7
-(floor, advancing version, the admitting record), and the helpers the decision appends share
+"""The assignment-decision chain: its audit and its retention floor (LA §3.6, LA §4.5.5, LA §4.5.6;
+invariants LA-5, LA-15, LA-11, LA-21), the pure chain rules of LA §4.5.1 steps 2, 5 and 7 (floor,
+advancing version, the admitting record), and the helpers the decision appends share
 (`assignment_decisions` holds the operations).
 
 Drain and recovery decisions live on one backward-linked chain through authority records:
 `assignment_decision_head` names the latest admitting record, whose
 `previous_assignment_decision` names the one before. Target versions strictly increase along it
-(S15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
+(LA-15). The floor `{before_target_version, terminal_anchor, terminal_anchor_link}` compacts
 everything below `before`; the anchor (the greatest decision below it) is kept by value, so the
 records below the floor may be deleted by the history prune. `audit_assignment_decisions`
 reads the whole live chain; `live_decisions_newest_first` walks it lazily for readers that need
@@ -14,9 +14,9 @@ only the newest decisions (the handoff pin, `handoff_pins`), with the same check
 
 Errors: a broken chain (a link that its record does not carry, a record without a decision, a
 walk that misses the floor's anchor, regressing versions) is durable corruption: CorruptRecord
-naming the record (spec `Decision::Conflict`; §7 maps the same problems to `Invalid` in the
+naming the record (spec `Decision::Conflict`; LA §7 maps the same problems to `Invalid` in the
 prune, so one kind serves both). A record that vanished mid-walk is InventoryChanged; a live
-chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, S22).
+chain longer than MAX_LIVE_AUTHORITY_LINKS is Refused (advance the floor first, LA-21).
 """
 
 from __future__ import annotations
@@ -24,33 +24,21 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-import msgspec
-
+from laminar_cluster.authority import admission
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import (
-    CorruptRecord,
-    Fenced,
-    InvalidArgument,
-    InventoryChanged,
-    Refused,
-    StoreUnavailable,
-)
-from laminar_cluster.fencing import LeaderProof, proof_is_canonical
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.log import read_record_from, require_advanced
-from laminar_cluster.lease.outcomes import AppendContended, PublishedHead
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged, Refused
+from laminar_cluster.fencing import LeaderProof
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,
     AuthorityAssignmentDecision,
     AuthorityAssignmentDecisionFloor,
     LeaderAuthorityRecord,
-    LeaderLease,
 )
 from laminar_cluster.lease.validate import validate_assignment_floor
-from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -63,11 +51,11 @@ async def audit_assignment_decisions(
     authority: LeaderLeaseStore, head_record: LeaderAuthorityRecord
 ) -> list[AuditedDecision]:
     """The live decisions of `head_record`'s chain with their exact links, ascending by target
-    version (§4.5.5). The floor's anchor is not in the list (it is kept by value on the floor);
+    version (LA §4.5.5). The floor's anchor is not in the list (it is kept by value on the floor);
     every listed record is one the history prune must keep.
 
     Reads each live decision record once (the head itself is reused), at most
-    MAX_LIVE_AUTHORITY_LINKS of them (S22).
+    MAX_LIVE_AUTHORITY_LINKS of them (LA-21).
     """
     newest_first = [entry async for entry in live_decisions_newest_first(authority, head_record)]
     newest_first.reverse()
@@ -82,8 +70,8 @@ async def live_decisions_newest_first(
     `contextlib.aclosing`). The floor's anchor is not yielded (it is on the floor by value).
 
     Each decision is checked against the record that admitted it and must be strictly below the
-    one yielded before it (S15); the walk must leave the live chain exactly at the floor's
-    anchor (S21) and stays within MAX_LIVE_AUTHORITY_LINKS reads (S22). Errors as in
+    one yielded before it (LA-15); the walk must leave the live chain exactly at the floor's
+    anchor (LA-11) and stays within MAX_LIVE_AUTHORITY_LINKS reads (LA-21). Errors as in
     `audit_assignment_decisions`, raised when the walk reaches them.
     """
     floor = head_record.assignment_decision_floor
@@ -93,12 +81,12 @@ async def live_decisions_newest_first(
     newer: AuditedDecision | None = None
     stopped_at_anchor = False
     link = head_record.assignment_decision_head
-    # S22: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
+    # LA-21: at most MAX_LIVE_AUTHORITY_LINKS record reads, then (at most) the anchor stop.
     for read in range(MAX_LIVE_AUTHORITY_LINKS + 1):
         if link is None:
             break
         if link.target_version < before:
-            # S21: the walk leaves the live chain exactly at the floor's anchor, or not at all.
+            # LA-11: the walk leaves the live chain exactly at the floor's anchor, or not at all.
             if link != anchor_link:
                 raise CorruptRecord(
                     f"{head_key}: assignment decision chain does not meet durable floor "
@@ -115,7 +103,7 @@ async def live_decisions_newest_first(
             )
         decision, previous = await _audited_link(authority, head_record, link)
         if newer is not None and decision.target_version >= newer[1].target_version:
-            key = record_path(newer[0].sequence)  # S15: versions strictly increase
+            key = record_path(newer[0].sequence)  # LA-15: versions strictly increase
             raise CorruptRecord(
                 f"{key}: assignment decisions regress from version {decision.target_version} to "
                 f"{newer[1].target_version}",
@@ -161,7 +149,7 @@ async def _audited_link(
 async def prune_assignment_drain_decisions_before(
     authority: LeaderLeaseStore, proof: LeaderProof, before: int, *, deadline: float
 ) -> int:
-    """Advance the shared decision floor to `before` (§4.5.6) and return the durable floor.
+    """Advance the shared decision floor to `before` (LA §4.5.6) and return the durable floor.
 
     Precondition (the caller's duty): assignment snapshots below `before` are already durably
     pruned. `before == 0` only reads the current floor (0 without one). A floor already at or
@@ -174,38 +162,33 @@ async def prune_assignment_drain_decisions_before(
         head_record = await authority.load_record()
         floor = None if head_record is None else head_record.assignment_decision_floor
         return 0 if floor is None else floor.before_target_version
-    if not proof_is_canonical(proof):
-        raise Fenced("assignment decision floor proof is not canonical")
     what = "assignment decision floor"
-    async with within_deadline(authority.clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)  # cooperative yield between attempts
-            head = await proof_head(authority, proof, what)
-            current = head.record.assignment_decision_floor
-            if current is not None and current.before_target_version >= before:
-                authority.schedule_prune()  # floors only move forward
-                return current.before_target_version
-            audited = await audit_assignment_decisions(authority, head.record)
-            outcome = await authority.append(head, _floor_record(head.record, audited, before))
-            if not isinstance(outcome, AppendContended):
-                return before
-            winner = outcome.winner
-            reached = winner.assignment_decision_floor
-            if reached is not None and reached.before_target_version >= before:
-                authority.schedule_prune()
-                return reached.before_target_version
-            if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
-                raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(winner, head.record.lease.seq, what)
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+    admission.require_canonical_proof(proof, what)
+
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[int]:
+        if not require_term.raced:
+            require_term()  # LA §4.5.6 step 1: a fresh head is checked first (LA-5)
+        # A floor at or past `before` settles the call, also when it is a winner's (LA §4.5.6).
+        reached = head.assignment_decision_floor
+        if reached is not None and reached.before_target_version >= before:
+            authority.schedule_prune()  # floors only move forward: a history prune instead
+            return admission.Answer(reached.before_target_version)
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
+        audited = await audit_assignment_decisions(authority, head)
+        return admission.Append(_floor_record(head, audited, before), before, before)
+
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 def _floor_record(
     head_record: LeaderAuthorityRecord, audited: list[AuditedDecision], before: int
 ) -> LeaderAuthorityRecord:
     """The floor-advancing record after `head_record`: the anchor is the greatest live decision
-    below `before` (with its exact audited link), else the existing anchor (§4.5.6 step 3)."""
+    below `before` (with its exact audited link), else the existing anchor (LA §4.5.6 step 3)."""
     below = [entry for entry in audited if entry[1].target_version < before]
     anchor: AuthorityAssignmentDecision | None = None
     anchor_link: AssignmentDecisionLink | None = None
@@ -219,10 +202,7 @@ def _floor_record(
     )
     with writing("assignment decision floor"):
         validate_assignment_floor(floor)  # validated before it is written (and again on encode)
-    return msgspec.structs.replace(
-        head_record.preserve_with_lease(decision_append_lease(head_record)),
-        assignment_decision_floor=floor,
-    )
+    return admission.successor(head_record, assignment_decision_floor=floor)
 
 
 def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int) -> None:
@@ -236,15 +216,15 @@ def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int
 
 
 def check_advances(audited: list[AuditedDecision], target_version: int) -> None:
-    """A new decision's version must exceed every live one (§4.5.1 step 5), and the live chain
+    """A new decision's version must exceed every live one (LA §4.5.1 step 5), and the live chain
     must have room for it: a chain longer than its audit bound could never be audited again,
-    not even by the floor advance that would shorten it (S22; as §4.4.1 step 5 for Commits)."""
-    if audited and target_version <= audited[-1][1].target_version:  # S15: strictly increasing
+    not even by the floor advance that would shorten it (LA-21; as LA §4.4.1 step 5 for Commits)."""
+    if audited and target_version <= audited[-1][1].target_version:  # LA-15: strictly increasing
         raise Refused(
             f"assignment decision version {target_version} does not advance durable version "
             f"{audited[-1][1].target_version}"
         )
-    if len(audited) >= MAX_LIVE_AUTHORITY_LINKS:  # S22: nothing is written
+    if len(audited) >= MAX_LIVE_AUTHORITY_LINKS:  # LA-21: nothing is written
         raise Refused(
             f"assignment decision chain holds {len(audited)} live decisions, the fixed "
             f"{MAX_LIVE_AUTHORITY_LINKS}-link authority bound: advance the assignment decision "
@@ -255,35 +235,13 @@ def check_advances(audited: list[AuditedDecision], target_version: int) -> None:
 def decision_record(
     head_record: LeaderAuthorityRecord, decision: AuthorityAssignmentDecision
 ) -> LeaderAuthorityRecord:
-    """`preserve_with_lease(seq+1)` admitting `decision`, linked after the old chain head."""
-    lease = decision_append_lease(head_record)
-    return msgspec.structs.replace(
-        head_record.preserve_with_lease(lease),
+    """The decision append after `head_record` admitting `decision`, linked after the old chain
+    head (LA §4.5.1 step 7)."""
+    return admission.successor(
+        head_record,
         assignment_decision=decision,
         previous_assignment_decision=head_record.assignment_decision_head,
         assignment_decision_head=AssignmentDecisionLink(
-            sequence=lease.seq, target_version=decision.target_version
+            sequence=head_record.lease.seq + 1, target_version=decision.target_version
         ),
     )
-
-
-def decision_append_lease(head_record: LeaderAuthorityRecord) -> LeaderLease:
-    """The lease of a non-liveness append after `head_record` (§3.3): seq+1; renewal sequence,
-    token, owner, expiry and catalog unchanged (S4: a decision never advances the token)."""
-    seq = head_record.lease.seq
-    if seq >= U64_MAX:
-        raise InvalidArgument("leader authority sequence exhausted")
-    return msgspec.structs.replace(head_record.lease, seq=seq + 1)
-
-
-async def proof_head(authority: LeaderLeaseStore, proof: LeaderProof, what: str) -> PublishedHead:
-    """The published head, if `proof` names its exact term; Fenced otherwise (S5)."""
-    head = await authority.load_published_head()
-    if head is None:
-        raise Fenced(f"{what}: there is no durable leader authority head")
-    if not lease_matches_proof(head.record.lease, proof):
-        raise Fenced(
-            f"{what}: the proof (token {proof.fencing_token}) does not name the durable "
-            f"authority term (token {head.record.lease.token})"
-        )
-    return head

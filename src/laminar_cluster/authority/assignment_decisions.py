@@ -1,46 +1,48 @@
-"""Assignment decisions through the leader authority log (spec_leader_lease §3.6, §4.5;
-invariants S5, S15, S16).
+"""Assignment decisions through the leader authority log (LA §3.6, LA §4.5;
+invariants LA-5, LA-15).
 
 A drain decision settles a transition predecessor -> target opened by a leader term: `Commit`
-only by that exact term, `Abort` by any canonical term (S15). A recovery decision authorises
+only by that exact term, `Abort` by any canonical term (LA-15). A recovery decision authorises
 installing a staged successor assignment after process failures, only if it matches the live
-predecessor snapshot and the staged proposal (S16). Both kinds share one chain keyed by target
-version: one decision per version across both kinds, versions strictly increasing (S15). A
+predecessor snapshot and the staged proposal (LA-15). Both kinds share one chain keyed by target
+version: one decision per version across both kinds, versions strictly increasing (LA-15). A
 decision is admitted by appending record seq+1 under the exact term its proof names, so the
-proof check and the admission are one create-only store operation (S5).
+proof check and the admission are one create-only store operation (LA-5).
 
-* `record_assignment_drain_decision` / `record_assignment_recovery_decision` (§4.5.1-§4.5.3):
-  `DecisionCreated | DecisionUnchanged | DecisionConflict(winner)`; a winner of the other kind at
-  the same version is a Refused error.
+* `record_assignment_drain_decision` / `record_assignment_recovery_decision` (LA §4.5.1 to
+  LA §4.5.3): `DecisionCreated | DecisionUnchanged | DecisionConflict(winner)`; a winner of the
+  other kind at the same version is a Refused error.
 * `new_drain_decision` / `new_recovery_decision`: the validating constructors (a drain Commit
-  carries its handoff checkpoint, a recovery its recovery checkpoint: spec_rebalance §2.5, §2.6).
+  carries its handoff checkpoint, a recovery its recovery checkpoint: RB §2.5, RB §2.6).
 * `assignment_drain_decision` / `assignment_recovery_decision` / `materialize_assignment_recovery`
-  (§4.5.4); `audit_assignment_decisions` (§4.5.5) and `prune_assignment_drain_decisions_before`
-  (§4.5.6) live in `assignment_chain` and are re-exported here.
+  (LA §4.5.4); `audit_assignment_decisions` (LA §4.5.5) and
+  `prune_assignment_drain_decisions_before` (LA §4.5.6) live in `assignment_chain` and are
+  re-exported here.
 
 Errors (spec -> here): `Io` -> StoreUnavailable; an invalid decision or a decision that does not
 match the snapshots -> InvalidArgument; `Fenced` -> Fenced; `Decision::Conflict` (below the floor,
-non-advancing, cross-kind) -> Refused; corrupt durable state -> CorruptRecord. Mutators take an
-absolute monotonic `deadline` and at most AUTHORITY_MUTATION_ATTEMPTS_MAX attempts.
+non-advancing, cross-kind) -> Refused; corrupt durable state -> CorruptRecord. Decisions are
+admitted by `admission.admit`: an absolute monotonic `deadline` and at most
+AUTHORITY_MUTATION_ATTEMPTS_MAX attempts (then Contended).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.assignment_chain import (
     AuditedDecision,
     audit_assignment_decisions,
     check_advances,
     check_decision_floor,
     decision_record,
-    proof_head,
     prune_assignment_drain_decisions_before,
 )
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
 from laminar_cluster.errors import (
     Contended,
@@ -48,16 +50,12 @@ from laminar_cluster.errors import (
     DeadlineExceeded,
     Fenced,
     InvalidArgument,
-    InventoryChanged,
     LaminarError,
     Refused,
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof, proof_is_canonical
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendCreated, AppendExistingIdentical
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
     AssignmentDrainTransition,
@@ -73,7 +71,6 @@ from laminar_cluster.lease.validate import (
     validate_drain_decision,
     validate_recovery_decision,
 )
-from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -97,17 +94,13 @@ __all__ = [
     "record_assignment_recovery_decision",
 ]
 
-# Exact reads retry a walk that lost a record to a concurrent history prune (as §4.4.2 does for
-# outcome lookups); each retry re-reads the head, whose floor then excludes the pruned record.
-DECISION_READ_ATTEMPTS: Final = 3
-
 T = TypeVar("T")
 D = TypeVar("D", AssignmentDrainDecision, AssignmentRecoveryDecision)
 
 
 class AssignmentSnapshotSource(Protocol):
-    """What the recovery preflight (§4.5.1 step 6) and `materialize_assignment_recovery`
-    (§4.5.4) need from the assignment snapshot store (spec §8.6), which lives in a higher layer.
+    """What the recovery preflight (LA §4.5.1 step 6) and `materialize_assignment_recovery`
+    (LA §4.5.4) need from the assignment snapshot store (LA §8.6), which lives in a higher layer.
 
     Errors: StoreUnavailable for I/O (mapped to spec `Io`), CorruptRecord for bad durable
     snapshots, any other LaminarError for a missing or unusable object (mapped to `Invalid`).
@@ -167,8 +160,8 @@ def new_drain_decision(
     verdict: AssignmentVerdict,
     handoff_checkpoint: RecoveryCapsuleRef | None = None,
 ) -> AssignmentDrainDecision:
-    """The public constructor (§3.12, spec_rebalance §2.5): a canonical transition and proof, a
-    Commit only by the term that opened the transition (S15), and a canonical handoff checkpoint
+    """The public constructor (LA §3.12, RB §2.5): a canonical transition and proof, a
+    Commit only by the term that opened the transition (LA-15), and a canonical handoff checkpoint
     iff the verdict is Commit (`commit(transition, proof, handoff)` / `abort(transition,
     proof)`). InvalidArgument otherwise."""
     decision = AssignmentDrainDecision(
@@ -190,7 +183,7 @@ def new_recovery_decision(
     recovery_checkpoint: RecoveryCapsuleRef | None,
     leader_proof: LeaderProof,
 ) -> AssignmentRecoveryDecision:
-    """The public constructor of a recovery decision (§3.6, spec_rebalance §2.6): a canonical
+    """The public constructor of a recovery decision (LA §3.6, RB §2.6): a canonical
     successor, its staged proposal, exactly one process fence per removed predecessor process
     (in predecessor order) and a canonical recovery checkpoint, or None for the initial state
     (LA-20: admitted only while no cluster checkpoint ever committed). InvalidArgument
@@ -215,7 +208,7 @@ async def record_assignment_drain_decision(
     *,
     deadline: float,
 ) -> RecordDrainDecisionResult:
-    """Admit a drain settlement at its target version (§4.5.2)."""
+    """Admit a drain settlement at its target version (LA §4.5.2)."""
     return await _record(
         authority, proof, decision, AssignmentDrainDecision, None, deadline=deadline
     )
@@ -229,8 +222,8 @@ async def record_assignment_recovery_decision(
     *,
     deadline: float,
 ) -> RecordRecoveryDecisionResult:
-    """Admit a failure-recovery assignment at its target version (§4.5.3), after checking it
-    against the live predecessor snapshot and the staged proposal (S16).
+    """Admit a failure-recovery assignment at its target version (LA §4.5.3), after checking it
+    against the live predecessor snapshot and the staged proposal (LA-15).
 
     The spec's pre-check (load head, proof, floor, same-version winner) is exactly the first
     iteration of the shared loop, which runs it before any snapshot I/O, so it is not repeated.
@@ -249,48 +242,42 @@ async def _record(
     *,
     deadline: float,
 ) -> _Result[D]:
-    """The shared core (§4.5.1): validate, then load head / audit / preflight / append until
+    """The shared core (LA §4.5.1): validate, then admit (audit, settle, preflight, append) until
     the decision is settled, Fenced, Refused, or the deadline or the attempt bound passes."""
     with writing(f"assignment {_kind_name(kind)} decision"):
         validate_assignment_decision(decision)
-    # S5: the decision carries the proof it is admitted under; only a canonical proof admits.
+    # LA-5: the decision carries the proof it is admitted under; only a canonical proof admits.
     if decision.leader_proof != proof or not proof_is_canonical(proof):
         raise Fenced(
             "assignment decision leader proof is not the canonical proof it is recorded under"
         )
-    what = f"assignment {_kind_name(kind)} decision for target version {decision.target_version}"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)  # cooperative yield between attempts
-            head = await proof_head(authority, proof, what)
-            check_decision_floor(head.record, decision.target_version)
-            audited = await audit_assignment_decisions(authority, head.record)
-            settled = _settled(decision, kind, audited)
-            if settled is not None:
-                return settled
-            check_advances(audited, decision.target_version)
-            if isinstance(decision, AssignmentRecoveryDecision):
-                assert snapshots is not None  # the recovery entry point always passes them
-                _check_initial_state(head.record, decision)
-                await _check_recovery_snapshots(snapshots, decision)
-            outcome = await authority.append(head, decision_record(head.record, decision))
-            if isinstance(outcome, AppendCreated):
-                return DecisionCreated(decision)
-            if isinstance(outcome, AppendExistingIdentical):
-                return DecisionUnchanged(decision)
-            # Our record may be durable even so (§11.1): re-derive from the winner's chain.
-            winner = outcome.winner
-            settled = _settled(decision, kind, await audit_assignment_decisions(authority, winner))
-            if settled is not None:
-                return settled
-            if not lease_matches_proof(winner.lease, proof):  # S5: a newer term won the slot
-                raise Fenced(f"{what}: a newer leader term won the next authority sequence")
-            require_advanced(
-                winner, head.record.lease.seq, f"assignment {_kind_name(kind)} decision"
-            )
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+    target = decision.target_version
+    created: _Result[D] = DecisionCreated(decision)
+    identical: _Result[D] = DecisionUnchanged(decision)
+
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[_Result[D]]:
+        if not require_term.raced:
+            require_term()  # LA §4.5.1 step 2.1: a fresh head is checked first (LA-5)
+        # A race winner may hold our own decision: answer from it first (LA §11.1).
+        audited = await audit_assignment_decisions(authority, head)
+        settled = _settled(decision, kind, audited)
+        if settled is not None:
+            return admission.Answer(settled)
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
+        check_decision_floor(head, target)
+        check_advances(audited, target)
+        if isinstance(decision, AssignmentRecoveryDecision):
+            assert snapshots is not None  # the recovery entry point always passes them
+            _check_initial_state(head, decision)
+            await _check_recovery_snapshots(snapshots, decision)
+        return admission.Append(decision_record(head, decision), created, identical)
+
+    what = f"assignment {_kind_name(kind)} decision for target version {target}"
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 def _kind_name(kind: type[AuthorityAssignmentDecision]) -> str:
@@ -298,7 +285,7 @@ def _kind_name(kind: type[AuthorityAssignmentDecision]) -> str:
 
 
 def _settled(decision: D, kind: type[D], audited: list[AuditedDecision]) -> _Result[D] | None:
-    """The answer when `audited` already settles the decision's target version (S15: one
+    """The answer when `audited` already settles the decision's target version (LA-15: one
     decision per version across both kinds), else None."""
     target = decision.target_version
     for _, winner in audited:
@@ -308,7 +295,7 @@ def _settled(decision: D, kind: type[D], audited: list[AuditedDecision]) -> _Res
             return DecisionUnchanged(decision)
         if isinstance(winner, kind):
             return DecisionConflict(winner)
-        raise Refused(  # S15: the other kind owns this version
+        raise Refused(  # LA-15: the other kind owns this version
             f"assignment {_kind_name(type(winner))} decision already settled target version "
             f"{target}"
         )
@@ -335,7 +322,7 @@ def _check_initial_state(head: LeaderAuthorityRecord, decision: AssignmentRecove
 async def _check_recovery_snapshots(
     snapshots: AssignmentSnapshotSource, decision: AssignmentRecoveryDecision
 ) -> None:
-    """§4.5.1 step 6 (S16): the live snapshot is the decision's predecessor and is not
+    """LA §4.5.1 step 6 (LA-15): the live snapshot is the decision's predecessor and is not
     draining; the staged proposal is the decision's target."""
     current = await _snapshot_call("load assignment recovery predecessor", snapshots.load_current())
     if current is None:
@@ -359,7 +346,7 @@ async def _check_recovery_snapshots(
 
 
 async def _snapshot_call(context: str, call: Awaitable[T]) -> T:
-    """Await a snapshot-store call, mapping its errors (spec §3.11): I/O stays
+    """Await a snapshot-store call, mapping its errors (LA §3.11): I/O stays
     StoreUnavailable, corruption stays CorruptRecord, anything else is InvalidArgument; each
     message is prefixed with `context`. DeadlineExceeded and WriteOutcomeUnknown pass through
     (they have their own caller actions)."""
@@ -378,33 +365,23 @@ async def _snapshot_call(context: str, call: Awaitable[T]) -> T:
 async def assignment_drain_decision(
     authority: LeaderLeaseStore, target_version: int
 ) -> AssignmentDrainDecision | None:
-    """The drain decision of `target_version`, or None (§4.5.4). Refused below the floor or
+    """The drain decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a recovery decision settled that version."""
-    found = await _decision_at(authority, target_version)
-    if found is None:
-        return None
-    if not isinstance(found[1], AssignmentDrainDecision):
-        raise Refused(f"target version {target_version} was settled by assignment recovery")
-    return found[1]
+    return await _decision_at(authority, target_version, AssignmentDrainDecision)
 
 
 async def assignment_recovery_decision(
     authority: LeaderLeaseStore, target_version: int
 ) -> AssignmentRecoveryDecision | None:
-    """The recovery decision of `target_version`, or None (§4.5.4). Refused below the floor or
+    """The recovery decision of `target_version`, or None (LA §4.5.4). Refused below the floor or
     when a drain decision settled that version."""
-    found = await _decision_at(authority, target_version)
-    if found is None:
-        return None
-    if not isinstance(found[1], AssignmentRecoveryDecision):
-        raise Refused(f"target version {target_version} was settled by assignment drain")
-    return found[1]
+    return await _decision_at(authority, target_version, AssignmentRecoveryDecision)
 
 
 async def materialize_assignment_recovery(
     authority: LeaderLeaseStore, target_version: int, snapshots: AssignmentSnapshotSource
 ) -> object:
-    """Install the authority-admitted recovery proposal of `target_version` (§4.5.4, S16).
+    """Install the authority-admitted recovery proposal of `target_version` (LA §4.5.4, LA-15).
 
     The caller supplies only the version: an arbitrary staged proposal can never bypass the
     decision chain. The proposal's fence is re-checked against the admitted target.
@@ -416,7 +393,7 @@ async def materialize_assignment_recovery(
         "load authorized assignment recovery proposal",
         snapshots.load_recovery_proposal(decision.proposal),
     )
-    if proposal != decision.target:  # S16: only the exact admitted proposal is installed
+    if proposal != decision.target:  # LA-15: only the exact admitted proposal is installed
         raise CorruptRecord(
             "authorized assignment recovery proposal does not match its target (proposal "
             f"{decision.proposal.sha256}, version {decision.proposal.version})"
@@ -427,22 +404,24 @@ async def materialize_assignment_recovery(
     )
 
 
-async def _decision_at(authority: LeaderLeaseStore, target_version: int) -> AuditedDecision | None:
-    """The audited decision at `target_version` of the published head, or None."""
+async def _decision_at(authority: LeaderLeaseStore, target_version: int, kind: type[D]) -> D | None:
+    """The audited decision of `kind` at `target_version` of the published head, or None;
+    Refused when the other kind settled that version (LA-15)."""
     if target_version <= 0:
         raise InvalidArgument(
             f"assignment decision target version must be nonzero, not {target_version}"
         )
-    for attempt in range(1, DECISION_READ_ATTEMPTS + 1):
-        head_record = await authority.load_record()
-        if head_record is None:
+
+    async def read(head: LeaderAuthorityRecord | None) -> AuthorityAssignmentDecision | None:
+        if head is None:
             return None
-        check_decision_floor(head_record, target_version)
-        try:
-            audited = await audit_assignment_decisions(authority, head_record)
-        except InventoryChanged:
-            if attempt == DECISION_READ_ATTEMPTS:
-                raise
-            continue
-        return next((entry for entry in audited if entry[1].target_version == target_version), None)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+        check_decision_floor(head, target_version)
+        audited = await audit_assignment_decisions(authority, head)
+        return next((d for _, d in audited if d.target_version == target_version), None)
+
+    found = await read_head_retrying(authority, read)
+    if found is None or isinstance(found, kind):
+        return found
+    raise Refused(
+        f"target version {target_version} was settled by assignment {_kind_name(type(found))}"
+    )

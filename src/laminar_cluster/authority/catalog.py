@@ -1,21 +1,22 @@
-"""The one-time catalog seal through the leader authority log (spec_leader_lease §3.9, §4.7,
-§8.8; invariants S5, S20, S21).
+"""The one-time catalog seal through the leader authority log (LA §3.9, LA §4.7,
+LA §8.8; invariants LA-5, LA-17, LA-11).
 
 The catalog manifest (the cluster's DDL inventory) is stored once, content-addressed, at
 `control/catalog-manifest/v1/{sha256}.json`, and its `CatalogManifestRef` is sealed into the
 lease (`LeaderLease.catalog_manifest`) by one append under the exact current term. Every later
-record carries the ref, renewals and takeovers included, so the seal survives them (S20).
+record carries the ref, renewals and takeovers included, so the seal survives them (LA-17).
 
 * The already-sealed check comes before the proof check and before every write: a sealed
   namespace answers `SealExistingIdentical` for the same manifest (also to a deposed term) and
-  raises Refused (the spec's `CatalogManifestError::Conflict`) for a different one (S20).
+  raises Refused (the spec's `CatalogManifestError::Conflict`) for a different one (LA-17).
 * The blob is verified against its ref (size, length, strict canonical decode, sha, entry
-  count) on every read (S21).
+  count) on every read (LA-11).
 
 Errors: a non-canonical proof, no head, or a proof that is not the current term is Fenced; an
 invalid manifest InvalidArgument; a missing, foreign or corrupt blob CorruptRecord naming it
-(the spec's `Invalid`/`Json`); store failures StoreUnavailable. The spec's unbounded loop is
-bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX and the caller's absolute monotonic `deadline`.
+(the spec's `Invalid`/`Json`); store failures StoreUnavailable. The seal is admitted by
+`admission.admit`: bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's
+absolute monotonic `deadline`.
 """
 
 from __future__ import annotations
@@ -24,38 +25,25 @@ from dataclasses import dataclass
 
 import msgspec
 
-from laminar_cluster.authority.recovery_faults import next_sequence
+from laminar_cluster.authority import admission
+from laminar_cluster.authority.blobs import create_and_read_back
 from laminar_cluster.checkpoint.reader import read_content_addressed
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec import decode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import reading, writing
 from laminar_cluster.errors import (
     CorruptRecord,
-    Fenced,
-    LaminarError,
-    ObjectAlreadyExists,
-    PreconditionFailed,
     Refused,
-    StoreError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
 )
-from laminar_cluster.fencing import LeaderProof, proof_is_canonical
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import (
-    AUTHORITY_MUTATION_ATTEMPTS_MAX,
-    MAX_CATALOG_MANIFEST_BYTES,
-)
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
+from laminar_cluster.lease.limits import MAX_CATALOG_MANIFEST_BYTES
 from laminar_cluster.lease.paths import catalog_manifest_path
-from laminar_cluster.lease.records import CatalogManifest, CatalogManifestRef, LeaderLease
-from laminar_cluster.lease.validate import (
-    lease_matches_proof,
-    validate_catalog_manifest,
-    validate_catalog_ref,
+from laminar_cluster.lease.records import (
+    CatalogManifest,
+    CatalogManifestRef,
+    LeaderAuthorityRecord,
 )
-from laminar_cluster.store import CREATE
+from laminar_cluster.lease.validate import validate_catalog_manifest, validate_catalog_ref
 
 _MANIFEST = "catalog manifest"
 
@@ -71,6 +59,7 @@ class SealExistingIdentical:
 
 
 CatalogSealOutcome = SealCreated | SealExistingIdentical
+SealDecision = admission.Decision[SealCreated | SealExistingIdentical]
 
 
 def _reference(manifest: CatalogManifest, data: bytes) -> CatalogManifestRef:
@@ -83,7 +72,7 @@ def _reference(manifest: CatalogManifest, data: bytes) -> CatalogManifestRef:
 
 
 def encode_and_reference(manifest: CatalogManifest) -> tuple[bytes, CatalogManifestRef]:
-    """The canonical manifest bytes (at most 8 MiB) and their ref (§8.8); InvalidArgument for
+    """The canonical manifest bytes (at most 8 MiB) and their ref (LA §8.8); InvalidArgument for
     an invalid manifest, before any I/O."""
     with writing(_MANIFEST):
         validate_catalog_manifest(manifest)
@@ -97,7 +86,7 @@ def encode_and_reference(manifest: CatalogManifest) -> tuple[bytes, CatalogManif
 async def _read_blob(
     authority: LeaderLeaseStore, ref: CatalogManifestRef
 ) -> tuple[CatalogManifest, bytes]:
-    """The manifest `ref` names and its bytes, verified against `ref` (S20, S21)."""
+    """The manifest `ref` names and its bytes, verified against `ref` (LA-17, LA-11)."""
     with writing(f"{_MANIFEST} reference"):
         validate_catalog_ref(ref)
     key = catalog_manifest_path(ref.sha256)
@@ -117,14 +106,14 @@ async def _read_blob(
 async def load_catalog_manifest(
     authority: LeaderLeaseStore, ref: CatalogManifestRef
 ) -> CatalogManifest:
-    """The manifest `ref` names, fully verified on every read (§4.7)."""
+    """The manifest `ref` names, fully verified on every read (LA §4.7)."""
     manifest, _ = await _read_blob(authority, ref)
     return manifest
 
 
 async def load_sealed_catalog_manifest(authority: LeaderLeaseStore) -> CatalogManifest | None:
     """The sealed manifest of the published head, or None if no head or no seal (the spec's
-    `CatalogManifestStore::load`, §8.8)."""
+    `CatalogManifestStore::load`, LA §8.8)."""
     record = await authority.load_record()
     if record is None or record.lease.catalog_manifest is None:
         return None
@@ -138,62 +127,42 @@ async def seal_catalog(
     *,
     deadline: float,
 ) -> CatalogSealOutcome:
-    """Seal `manifest` once for this namespace under the exact term `proof` (§4.7)."""
-    if not proof_is_canonical(proof):
-        raise Fenced("catalog seal: the leader proof is not canonical")
-    data, ref = encode_and_reference(manifest)
+    """Seal `manifest` once for this namespace under the exact term `proof` (LA §4.7)."""
     what = "catalog seal"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        record = await authority.load_record()
-        if record is None:
-            raise Fenced(f"{what}: no leader authority head")
-        if record.lease.catalog_manifest is not None:  # S20: before the proof check
-            return await _already_sealed(authority, record.lease, manifest)
-        _require_term(record.lease, proof, what)
-        await _ensure_blob(authority, data, ref)
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced(f"{what}: no leader authority head")
-            current = head.record.lease
-            if current.catalog_manifest is not None:
-                return await _already_sealed(authority, current, manifest)
-            _require_term(current, proof, what)
-            # §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
-            lease = msgspec.structs.replace(
-                current, seq=next_sequence(head.record), catalog_manifest=ref
-            )
-            outcome = await authority.append(head, head.record.preserve_with_lease(lease))
-            if isinstance(outcome, AppendCreated):
-                return SealCreated()
-            if not isinstance(outcome, AppendContended):
-                return SealExistingIdentical()
-            winner = outcome.winner.lease  # §11.1: re-derive from the winner
-            if winner.catalog_manifest is not None:
-                return await _already_sealed(authority, winner, manifest)
-            _require_term(winner, proof, what)
-            require_advanced(outcome.winner, head.record.lease.seq, what)  # a renewal won
-        raise StoreUnavailable(
-            f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
+    admission.require_canonical_proof(proof, what)
+    data, ref = encode_and_reference(manifest)
+    blob_ensured = False
+
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> SealDecision:
+        nonlocal blob_ensured
+        sealed = head.lease.catalog_manifest
+        if sealed is not None:  # LA-17: before the proof check
+            return admission.Answer(await _already_sealed(authority, sealed, manifest))
+        require_term()  # LA-5: a seal is admitted only right after a record of the proof's term
+        if not blob_ensured:
+            await _ensure_blob(authority, data, ref)
+            blob_ensured = True
+        # LA §3.3: a seal keeps renewal_sequence, token, owner and expiry; only seq moves.
+        record = admission.successor(head)
+        lease = msgspec.structs.replace(record.lease, catalog_manifest=ref)
+        return admission.Append(
+            msgspec.structs.replace(record, lease=lease),
+            created=SealCreated(),
+            identical=SealExistingIdentical(),
         )
 
-
-def _require_term(lease: LeaderLease, proof: LeaderProof, what: str) -> None:
-    # S5: a seal is admitted only right after a record of the proof's exact term.
-    if not lease_matches_proof(lease, proof):
-        raise Fenced(f"{what}: the proof no longer names the durable leader term")
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 async def _already_sealed(
-    authority: LeaderLeaseStore, lease: LeaderLease, manifest: CatalogManifest
+    authority: LeaderLeaseStore, sealed: CatalogManifestRef, manifest: CatalogManifest
 ) -> SealExistingIdentical:
-    """S20: sealed once, never changed: the same manifest is ExistingIdentical, another one is
+    """LA-17: sealed once, never changed: the same manifest is ExistingIdentical, another one is
     Refused. The sealed blob is revalidated first."""
-    sealed = lease.catalog_manifest
-    assert sealed is not None  # the caller's branch
     durable = await load_catalog_manifest(authority, sealed)
     if durable != manifest:
         raise Refused(
@@ -205,24 +174,12 @@ async def _already_sealed(
 
 async def _ensure_blob(authority: LeaderLeaseStore, data: bytes, ref: CatalogManifestRef) -> None:
     """Create the content-addressed blob (an existing one is fine) and read it back: its bytes
-    must equal the proposal exactly (§4.7 step 5)."""
+    must equal the proposal exactly (LA §4.7 step 5)."""
+
+    async def stored_bytes() -> bytes:
+        return (await _read_blob(authority, ref))[1]
+
     key = catalog_manifest_path(ref.sha256)
-    put_error: LaminarError | None = None
-    try:
-        await authority.store.put(key, data, CREATE)
-    except (ObjectAlreadyExists, PreconditionFailed):
-        pass  # content-addressed: whatever is there is read back and compared below
-    except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
-        put_error = error
-    try:
-        _, stored = await _read_blob(authority, ref)
-    except LaminarError as error:
-        if put_error is None:
-            raise
-        raise StoreUnavailable(
-            f"{key}: {_MANIFEST} write failed ({put_error}); reconciliation failed ({error})"
-        ) from error
-    if stored != data:
-        raise CorruptRecord(
-            f"{key}: {_MANIFEST} blob {ref.sha256} differs from the proposed content", key=key
-        )
+    await create_and_read_back(
+        authority.store, key, data, stored_bytes, data, what=f"{_MANIFEST} blob {ref.sha256}"
+    )

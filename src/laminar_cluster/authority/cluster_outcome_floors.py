@@ -1,61 +1,49 @@
 """Cluster outcome retention: floors, the recovery-cut preflight and automatic compaction
-(spec_leader_lease §4.4.5-§4.4.8; invariants S13, S14, S22), and the helpers every outcome
-mutation shares (proof checks, the successor record, contention, the deadline bound).
+(LA §4.4.5 to LA §4.4.8; invariants LA-14, LA-21).
 
-* `build_floor` (§4.4.7): anchors copied by value with their exact links (S13).
-* `preflight_recovery_cut` (§4.4.4 step 2): the greatest live Commit at or above the artifact
-  floor must have a valid capsule and pass the caller's artifact check (S14).
-* `compact_before_append` (§4.4.6): at 64 live terminal links, move the terminal floor to keep
-  the newest 16; the artifact floor never moves here (S14).
-* `prune_cluster_outcomes_before` (§4.4.5): advance the artifact floor under a leader proof,
-  only with a live recovery cut above it and a passed preflight (S14), and never above the
-  active assignment handoff pin's checkpoint (spec_rebalance §2.9: the pinned checkpoint is
+* `build_floor` (LA §4.4.7): anchors copied by value with their exact links (LA-14).
+* `preflight_recovery_cut` (LA §4.4.4 step 2): the greatest live Commit at or above the artifact
+  floor must have a valid capsule and pass the caller's artifact check (LA-14).
+* `compaction` (LA §4.4.6): at 64 live terminal links, the record that moves the terminal floor to
+  keep the newest 16; the artifact floor never moves here (LA-14).
+* `prune_cluster_outcomes_before` (LA §4.4.5): advance the artifact floor under a leader proof,
+  only with a live recovery cut above it and a passed preflight (LA-14), and never above the
+  active assignment handoff pin's checkpoint (RB §2.9: the pinned checkpoint is
   protected from garbage collection). Deletion happens later,
   in the history prune and the capsule sweep, never inline.
 
-Errors: no head or a proof not naming the head's term -> Fenced (S5); a refused request (no
+Errors: no head or a proof not naming the head's term -> Fenced (LA-5); a refused request (no
 live cut would remain, failed preflight) -> Refused; inconsistent durable state ->
-CorruptRecord. The spec's unbounded loops are bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX and the
-caller's absolute monotonic `deadline` (DeadlineExceeded).
+CorruptRecord. The floor is admitted by `admission.admit`: bounded by
+AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic `deadline`
+(DeadlineExceeded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
-
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.handoff_pins import handoff_pin_at
 from laminar_cluster.authority.outcome_audit import (
+    AuditKey,
     OutcomeSnapshot,
     audit_cache,
     audit_key,
     cached_audit,
 )
-from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.checkpoint.records import CheckpointOutcome
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import (
-    CorruptRecord,
-    Fenced,
-    InvalidArgument,
-    Refused,
-    StoreUnavailable,
-)
-from laminar_cluster.fencing import LeaderProof, proof_is_canonical
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
+from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.limits import (
-    AUTHORITY_MUTATION_ATTEMPTS_MAX,
     OUTCOME_HISTORY_COMPACTION_TRIGGER,
     OUTCOME_HISTORY_RETAINED_LINKS,
 )
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import AuthorityOutcomeFloor, LeaderAuthorityRecord, OutcomeLink
 from laminar_cluster.lease.validate import validate_outcome_floor
-from laminar_cluster.lease.validate_chains import lease_matches_proof
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -64,43 +52,6 @@ _PRUNE: Final = "cluster outcome floor advance"
 
 ValidateArtifacts = Callable[[CheckpointOutcome], Awaitable[None]]
 """The caller's artifact preflight of a recovery cut: returns, or raises to refuse."""
-
-
-def not_converged(what: str) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
-    )
-
-
-def require_term(head: LeaderAuthorityRecord | None, proof: LeaderProof) -> LeaderAuthorityRecord:
-    """The head, if `proof` names its exact term (S5); Fenced otherwise."""
-    if head is None:
-        raise Fenced("cluster checkpoint decision found no durable leader authority head")
-    if not lease_matches_proof(head.lease, proof):
-        raise Fenced("cluster checkpoint decision was fenced by a different durable leader term")
-    return head
-
-
-def require_canonical_proof(proof: LeaderProof) -> None:
-    if not proof_is_canonical(proof):
-        raise Fenced("cluster checkpoint decision proof is not canonical")
-
-
-def successor(head: LeaderAuthorityRecord) -> LeaderAuthorityRecord:
-    """A decision append after `head`: seq+1; renewal, token, owner and expiry unchanged; carried
-    fields copied, admitting fields cleared (§3.3, §3.4)."""
-    if head.lease.seq >= U64_MAX:
-        raise InvalidArgument("leader authority sequence exhausted")
-    return head.preserve_with_lease(msgspec.structs.replace(head.lease, seq=head.lease.seq + 1))
-
-
-def settle_contention(
-    winner: LeaderAuthorityRecord, proof: LeaderProof, base_seq: int, what: str
-) -> None:
-    """A lost append is retried only when the winner is our own term and moved the log on."""
-    if not lease_matches_proof(winner.lease, proof):
-        raise Fenced(f"{what} was fenced by a different durable leader term")  # S5
-    require_advanced(winner, base_seq, what)
 
 
 def same_outcome_state(first: LeaderAuthorityRecord, second: LeaderAuthorityRecord) -> bool:
@@ -158,8 +109,8 @@ async def build_floor(
     artifact_before: int,
     authority_before: int,
 ) -> AuthorityOutcomeFloor:
-    """§4.4.7: anchors are the greatest audited outcome below the terminal floor and the
-    greatest audited Commit below the artifact floor, copied by value (S13)."""
+    """LA §4.4.7: anchors are the greatest audited outcome below the terminal floor and the
+    greatest audited Commit below the artifact floor, copied by value (LA-14)."""
     existing = current.outcome_floor
     below = [o for o in snapshot.outcomes if o.epoch < authority_before]
     terminal_anchor = below[-1] if below else None
@@ -203,7 +154,7 @@ async def preflight_recovery_cut(
     outcomes: tuple[CheckpointOutcome, ...],
     validate_artifacts: ValidateArtifacts,
 ) -> CheckpointOutcome | None:
-    """§4.4.4 step 2 (S14): the recovery cut of `floor` (None while the artifact floor is 0)
+    """LA §4.4.4 step 2 (LA-14): the recovery cut of `floor` (None while the artifact floor is 0)
     has a valid capsule and passes the caller's artifact check; Refused otherwise."""
     if floor.artifact_before_epoch == 0:
         return None
@@ -228,18 +179,16 @@ async def preflight_recovery_cut(
     return cut
 
 
-async def compact_before_append(
-    authority: LeaderLeaseStore,
-    proof: LeaderProof,
-    current: LeaderAuthorityRecord,
-    snapshot: OutcomeSnapshot,
-) -> bool:
-    """§4.4.6: True if a compaction floor was appended, or the head changed (retry); False when
-    fewer than 64 live terminal links need no compaction. S22: the terminal chain stays short;
-    S14: the artifact floor is never moved here."""
+async def compaction(
+    authority: LeaderLeaseStore, current: LeaderAuthorityRecord, snapshot: OutcomeSnapshot
+) -> admission.Append[Any] | None:
+    """LA §4.4.6: the compaction floor record to append before an outcome at 64 live terminal
+    links (keeping the newest 16), else None. Once it lands the outcome is decided again on the
+    new head (AGAIN). LA-21: the terminal chain stays short; LA-14: the artifact floor never moves
+    here."""
     links = snapshot.terminal_links
     if len(links) < OUTCOME_HISTORY_COMPACTION_TRIGGER:
-        return False
+        return None
     existing = current.outcome_floor
     floor = await build_floor(
         authority,
@@ -248,20 +197,22 @@ async def compact_before_append(
         artifact_before=0 if existing is None else existing.artifact_before_epoch,
         authority_before=links[len(links) - OUTCOME_HISTORY_RETAINED_LINKS].epoch,
     )
-    # Building the floor read remotely: publish only over the exact audited outcome state.
-    published = await authority.load_published_head()
-    rechecked = require_term(None if published is None else published.record, proof)
-    if not same_outcome_state(rechecked, current):
-        return True
-    candidate = msgspec.structs.replace(successor(rechecked), outcome_floor=floor)
-    outcome = await authority.append(published, candidate)
-    if isinstance(outcome, AppendContended):
-        settle_contention(outcome.winner, proof, current.lease.seq, "outcome history compaction")
-        return True
-    audit_cache(authority).install(
-        audit_key(candidate), candidate.lease.seq, retained_by_floor(floor, snapshot)
+    candidate = admission.successor(current, outcome_floor=floor)
+    return admission.Append(
+        candidate, admission.AGAIN, admission.AGAIN, _install(authority, candidate, floor, snapshot)
     )
-    return True
+
+
+def _install(
+    authority: LeaderLeaseStore,
+    record: LeaderAuthorityRecord,
+    floor: AuthorityOutcomeFloor,
+    snapshot: OutcomeSnapshot,
+) -> Callable[[], None]:
+    """Once a floor record is durable, its audit is derived from its predecessor's."""
+    return lambda: audit_cache(authority).install(
+        audit_key(record), record.lease.seq, retained_by_floor(floor, snapshot)
+    )
 
 
 async def prune_cluster_outcomes_before(
@@ -272,42 +223,73 @@ async def prune_cluster_outcomes_before(
     *,
     deadline: float,
 ) -> int:
-    """§4.4.5: advance the artifact floor to `before_epoch` under `proof`; the floor now in
-    force. A live Commit at or above it must remain, with a passed preflight (S14)."""
+    """LA §4.4.5: advance the artifact floor to `before_epoch` under `proof`; the floor now in
+    force. A live Commit at or above it must remain, with a passed preflight (LA-14)."""
     if before_epoch == 0:
         head = await authority.load_record()
         floor = None if head is None else head.outcome_floor
         return 0 if floor is None else floor.artifact_before_epoch
-    require_canonical_proof(proof)
-    async with within_deadline(authority.clock, deadline, _PRUNE):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)
-            result = await _prune_attempt(authority, proof, before_epoch, validate_artifacts)
-            if result is not None:
-                return result
-    raise not_converged(_PRUNE)
+    admission.require_canonical_proof(proof, _PRUNE)
+    # The floor built and preflighted for one outcome state (audit key): a renewal or a seal
+    # that wins the next sequence during the preflight is harmless and needs no second one.
+    prepared: dict[AuditKey, AuthorityOutcomeFloor] = {}
+
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[int]:
+        require_term()  # LA §4.4.5 step 1: the term first, on every head (LA-5)
+        existing = head.outcome_floor
+        if existing is not None and existing.artifact_before_epoch >= before_epoch:
+            authority.schedule_prune()  # covered: no preflight is repeated
+            return admission.Answer(existing.artifact_before_epoch)
+        snapshot = await cached_audit(authority, head)
+        key = audit_key(head)
+        if key not in prepared:
+            floor = await _prepared_floor(
+                authority, head, snapshot, before_epoch, validate_artifacts
+            )
+            prepared.clear()
+            prepared[key] = floor
+        floor = prepared[key]
+        # RB §2.9: the pinned checkpoint stays live (above the artifact floor),
+        # derived from the head the append is conditioned on.
+        pin = await handoff_pin_at(authority, head, snapshot.outcomes)
+        if pin is not None and pin.checkpoint is not None and pin.checkpoint.epoch < before_epoch:
+            raise Refused(
+                f"cannot advance cluster outcome floor to {before_epoch}: the assignment handoff "
+                f"pin of assignment version {pin.target.assignment_version} holds checkpoint "
+                f"epoch {pin.checkpoint.epoch}"
+            )
+        candidate = admission.successor(head, outcome_floor=floor)
+        # An identical floor record already durable: the next head answers as covered.
+        return admission.Append(
+            candidate,
+            before_epoch,
+            admission.AGAIN,
+            _install(authority, candidate, floor, snapshot),
+        )
+
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=_PRUNE, deadline=deadline
+    )
 
 
-async def _prune_attempt(
+async def _prepared_floor(
     authority: LeaderLeaseStore,
-    proof: LeaderProof,
+    current: LeaderAuthorityRecord,
+    snapshot: OutcomeSnapshot,
     before_epoch: int,
     validate_artifacts: ValidateArtifacts,
-) -> int | None:
-    """One pass of §4.4.5's loop: the floor in force, or None to retry."""
-    current = require_term(await authority.load_record(), proof)
-    existing = current.outcome_floor
-    if existing is not None and existing.artifact_before_epoch >= before_epoch:
-        authority.schedule_prune()  # covered: no preflight is repeated
-        return existing.artifact_before_epoch
-    snapshot = await cached_audit(authority, current)
+) -> AuthorityOutcomeFloor:
+    """LA §4.4.5 steps 3-6: the new floor, once a live recovery cut above it passed its
+    preflight (LA-14); Refused otherwise."""
     if not any(o.epoch >= before_epoch and o.is_commit() for o in snapshot.outcomes):
-        # S14: a live recovery cut must always remain above the artifact floor.
+        # LA-14: a live recovery cut must always remain above the artifact floor.
         raise Refused(
             f"cannot advance cluster outcome floor to {before_epoch}: no live commit recovery "
             "cut would remain"
         )
+    existing = current.outcome_floor
     authority_before = (
         before_epoch if existing is None else max(existing.authority_before_epoch, before_epoch)
     )
@@ -319,48 +301,4 @@ async def _prune_attempt(
         authority_before=authority_before,
     )
     await preflight_recovery_cut(authority, floor, snapshot.outcomes, validate_artifacts)
-    # The preflight read remotely: renewals and seals since are harmless, outcomes and floors
-    # are not.
-    published = await authority.load_published_head()
-    rechecked = require_term(None if published is None else published.record, proof)
-    if not same_outcome_state(rechecked, current):
-        return None
-    # spec_rebalance §2.9: the pinned checkpoint stays live (above the artifact floor). Derived
-    # from the head the append is conditioned on; the outcomes are unchanged since `current`.
-    pin = await handoff_pin_at(authority, rechecked, snapshot.outcomes)
-    if pin is not None and pin.checkpoint is not None and pin.checkpoint.epoch < before_epoch:
-        raise Refused(
-            f"cannot advance cluster outcome floor to {before_epoch}: the assignment handoff pin "
-            f"of assignment version {pin.target.assignment_version} holds checkpoint epoch "
-            f"{pin.checkpoint.epoch}"
-        )
-    candidate = msgspec.structs.replace(successor(rechecked), outcome_floor=floor)
-    outcome = await authority.append(published, candidate)
-    if isinstance(outcome, AppendContended):
-        settle_contention(outcome.winner, proof, rechecked.lease.seq, _PRUNE)
-        return None
-    if isinstance(outcome, AppendCreated):
-        audit_cache(authority).install(
-            audit_key(candidate), candidate.lease.seq, retained_by_floor(floor, snapshot)
-        )
-        return before_epoch
-    return await _confirm_identical_floor(
-        authority, proof, candidate, before_epoch, validate_artifacts
-    )
-
-
-async def _confirm_identical_floor(
-    authority: LeaderLeaseStore,
-    proof: LeaderProof,
-    candidate: LeaderAuthorityRecord,
-    before_epoch: int,
-    validate_artifacts: ValidateArtifacts,
-) -> int | None:
-    """An identical floor record was already durable: re-audit it, re-run the preflight, and
-    confirm the head still carries it under our term; None to retry."""
-    floor = candidate.outcome_floor
-    assert floor is not None  # the caller built it with one
-    snapshot = await cached_audit(authority, candidate)
-    await preflight_recovery_cut(authority, floor, snapshot.outcomes, validate_artifacts)
-    confirmed = require_term(await authority.load_record(), proof)
-    return before_epoch if same_outcome_state(confirmed, candidate) else None
+    return floor

@@ -1,32 +1,32 @@
-"""Cluster checkpoint outcome reads (spec_leader_lease §4.4.2, §4.4.4, §4.4.9; invariants
-S11-S14, S21, S22).
+"""Cluster checkpoint outcome reads (LA §4.4.2, LA §4.4.4, LA §4.4.9; invariants
+LA-13, LA-14, LA-11, LA-21).
 
-Every read goes through the outcome audit (`outcome_audit`, §4.4.3):
+Every read goes through the outcome audit (`outcome_audit`, LA §4.4.3):
 
 * `cluster_outcome(epoch)`: an exact lookup. A cached audit of the head answers it; otherwise
   only the chain that can hold the epoch is walked (the Commit chain below the terminal floor,
   the terminal chain above it), link by link, down to the epoch or the floor's anchor.
 * `cluster_outcome_with_recovery_capsule`, `cluster_outcome_inventory`, `cluster_outcomes`,
   `highest_cluster_committed_outcome`, `highest_cluster_terminal_outcome`,
-  `cluster_attempt_settlement` (S13: anchors and strict dominators keep "is attempt X closed?"
+  `cluster_attempt_settlement` (LA-14: anchors and strict dominators keep "is attempt X closed?"
   answerable after compaction), and the retention boundary, plain or audited.
-* `validated_cluster_outcome_inventory` (§4.4.4): the inventory once the recovery cut passed its
-  preflight with the heads unchanged around it (S14).
-* `maintain_cluster_recovery_capsules` (§4.4.9): one bounded capsule sweep below the floor.
+* `validated_cluster_outcome_inventory` (LA §4.4.4): the inventory once the recovery cut passed its
+  preflight with the heads unchanged around it (LA-14).
+* `maintain_cluster_recovery_capsules` (LA §4.4.9): one bounded capsule sweep below the floor.
 
 Lookups and audits retry a record vanishing mid-walk (InventoryChanged, a concurrent prune) up
-to 3 times. Chain, deployment or capsule mismatches are CorruptRecord (S21).
+to 3 times. Chain, deployment or capsule mismatches are CorruptRecord (LA-11).
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
-    not_converged,
     preflight_recovery_cut,
     same_outcome_state,
 )
@@ -38,6 +38,7 @@ from laminar_cluster.authority.outcome_audit import (
     ends_at_anchor,
     read_linked_outcome,
 )
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.capsule import reference_path
 from laminar_cluster.checkpoint.capsule_gc import RecoveryCapsuleGcStep
 from laminar_cluster.checkpoint.records import (
@@ -45,15 +46,12 @@ from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     ClusterRecoveryCapsule,
 )
-from laminar_cluster.clock import within_deadline
-from laminar_cluster.errors import CorruptRecord, Fenced, InventoryChanged, Refused
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.errors import CorruptRecord, Fenced, Refused
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.records import AuthorityOutcomeFloor, LeaderAuthorityRecord
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
-
-READ_ATTEMPTS: Final = 3  # §4.4.2: reads retry a record vanishing mid-walk (InventoryChanged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,25 +100,18 @@ def at_epoch(outcomes: tuple[CheckpointOutcome, ...], epoch: int) -> CheckpointO
 
 
 async def cluster_outcome(authority: LeaderLeaseStore, epoch: int) -> CheckpointOutcome | None:
-    """The live outcome of `epoch` (§4.4.2); None if unresolved or compacted, never abort."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
-        if head is None:
-            return None
-        try:
-            return await _outcome_at(authority, head, epoch)
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+    """The live outcome of `epoch` (LA §4.4.2); None if unresolved or compacted, never abort."""
+
+    async def read(head: LeaderAuthorityRecord | None) -> CheckpointOutcome | None:
+        return None if head is None else await _outcome_at(authority, head, epoch)
+
+    return await read_head_retrying(authority, read)
 
 
 async def _outcome_at(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord, epoch: int
 ) -> CheckpointOutcome | None:
-    """§4.4.2 steps 1-3 against one head; step 4 walks a chain."""
+    """LA §4.4.2 steps 1-3 against one head; step 4 walks a chain."""
     floor = head.outcome_floor
     if floor is not None and epoch < floor.artifact_before_epoch:
         return None
@@ -145,7 +136,7 @@ async def _outcome_at(
 async def _walk_to(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord, epoch: int, *, commit_only: bool
 ) -> CheckpointOutcome | None:
-    """§4.4.2 steps 4-6: walk the Commit chain (below the terminal floor) or the terminal
+    """LA §4.4.2 steps 4-6: walk the Commit chain (below the terminal floor) or the terminal
     chain down to `epoch`, checking every link; a cold lookup reads only that chain."""
     floor, what = head.outcome_floor, "Commit" if commit_only else "outcome"
     before, anchor_link, anchor = 0, None, None
@@ -180,7 +171,7 @@ async def _walk_to(
             )
         if link.epoch < epoch:
             return None  # walked past it
-        if traversed == MAX_LIVE_AUTHORITY_LINKS:  # S22: bounded work per lookup
+        if traversed == MAX_LIVE_AUTHORITY_LINKS:  # LA-21: bounded work per lookup
             raise corrupt(
                 head.lease.seq,
                 f"live {what} retention exceeds the fixed {MAX_LIVE_AUTHORITY_LINKS}-link "
@@ -237,20 +228,17 @@ async def cluster_outcome_with_recovery_capsule(
 async def _audited(
     authority: LeaderLeaseStore,
 ) -> tuple[LeaderAuthorityRecord | None, tuple[CheckpointOutcome, ...]]:
-    """The head and its full audited outcome list (anchors included); 3 tries (§4.4.2)."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
+    """The head and its full audited outcome list (anchors included); 3 tries (LA §4.4.2)."""
+
+    async def read(
+        head: LeaderAuthorityRecord | None,
+    ) -> tuple[LeaderAuthorityRecord | None, tuple[CheckpointOutcome, ...]]:
         if head is None:
             audit_cache(authority).clear()
             return None, ()
-        try:
-            return head, (await cached_audit(authority, head)).outcomes
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+        return head, (await cached_audit(authority, head)).outcomes
+
+    return await read_head_retrying(authority, read)
 
 
 async def cluster_outcome_inventory(authority: LeaderLeaseStore) -> ClusterOutcomeInventory:
@@ -282,7 +270,7 @@ async def highest_cluster_terminal_outcome(
 async def cluster_attempt_settlement(
     authority: LeaderLeaseStore, attempt: CheckpointAttempt
 ) -> CheckpointOutcome | None:
-    """The outcome of `attempt`, or a strictly newer outcome that proves it closed (S13:
+    """The outcome of `attempt`, or a strictly newer outcome that proves it closed (LA-14:
     answerable after compaction through the anchors); None while it may still settle."""
     if not attempt.is_canonical():
         raise Refused(
@@ -301,7 +289,7 @@ async def cluster_attempt_settlement(
 async def cluster_outcome_retention_boundary(
     authority: LeaderLeaseStore,
 ) -> ClusterOutcomeRetentionBoundary:
-    """The head floor's boundary, read without an audit (§11.11)."""
+    """The head floor's boundary, read without an audit (LA §11.11)."""
     head = await authority.load_record()
     return ClusterOutcomeRetentionBoundary.from_floor(None if head is None else head.outcome_floor)
 
@@ -323,32 +311,30 @@ async def audited_cluster_outcome_retention_boundary(
 async def validated_cluster_outcome_inventory(
     authority: LeaderLeaseStore, validate_artifacts: ValidateArtifacts, *, deadline: float
 ) -> ClusterOutcomeInventory:
-    """§4.4.4: the audited inventory, after the recovery-cut preflight passed and both outcome
+    """LA §4.4.4: the audited inventory, after the recovery-cut preflight passed and both outcome
     heads and the floor stayed unchanged around it (Fenced without a head)."""
+
+    async def decide(
+        head: LeaderAuthorityRecord, _: admission.RequireTerm
+    ) -> admission.Decision[ClusterOutcomeInventory]:
+        snapshot = await cached_audit(authority, head)
+        if head.outcome_floor is not None:
+            await preflight_recovery_cut(
+                authority, head.outcome_floor, snapshot.outcomes, validate_artifacts
+            )
+        # The preflight read remotely: the answer holds only if no outcome or floor moved.
+        return admission.Answer(
+            inventory_of(head, snapshot.outcomes),
+            still=lambda again: same_outcome_state(head, again),
+        )
+
     what = "validated cluster outcome inventory"
-    async with within_deadline(authority.clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)
-            current = await authority.load_record()
-            if current is None:
-                raise Fenced(f"{what}: no durable leader authority head")
-            snapshot = await cached_audit(authority, current)
-            if current.outcome_floor is not None:
-                await preflight_recovery_cut(
-                    authority, current.outcome_floor, snapshot.outcomes, validate_artifacts
-                )
-            rechecked = await authority.load_record()
-            if rechecked is None:
-                raise Fenced(f"{what}: no durable leader authority head")
-            if same_outcome_state(current, rechecked):
-                return inventory_of(current, snapshot.outcomes)
-    raise not_converged(what)
+    return await admission.admit(authority, proof=None, decide=decide, what=what, deadline=deadline)
 
 
 async def maintain_cluster_recovery_capsules(authority: LeaderLeaseStore) -> RecoveryCapsuleGcStep:
-    """§4.4.9: one bounded capsule sweep below the artifact floor, sparing every capsule a live
-    outcome names (S14). Independent of floor publication: a failure revokes no floor."""
+    """LA §4.4.9: one bounded capsule sweep below the artifact floor, sparing every capsule a live
+    outcome names (LA-14). Independent of floor publication: a failure revokes no floor."""
     head = await authority.load_record()
     if head is None:
         raise Fenced("cluster recovery capsule maintenance: no durable leader authority head")

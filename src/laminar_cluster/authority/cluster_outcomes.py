@@ -1,22 +1,23 @@
-"""Cluster checkpoint outcomes through the leader authority log: admission (spec_leader_lease
-§4.4.1; invariants S5, S11, S12, S22) and the public surface of the outcome operations.
+"""Cluster checkpoint outcomes through the leader authority log: admission
+(LA §4.4.1; invariants LA-5, LA-13, LA-21) and the public surface of the outcome operations.
 
 `record_cluster_outcome` admits one outcome per epoch by appending the record after the head
-whose lease its proof names (S5): an identical outcome already durable is `Unchanged`, a
-different one `Conflict(winner)` (S11). Before the append it refuses (Refused) a non-advancing
-checkpoint, a Commit beyond the live-Commit capacity (S22), an outcome below or outside the
-floor, and a Commit not fenced by the active assignment handoff pin's target (spec_rebalance
-§2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
-history at 64 live links (§4.4.6). A lost race is re-derived from the winner: our outcome in its
+whose lease its proof names (LA-5): an identical outcome already durable is `Unchanged`, a
+different one `Conflict(winner)` (LA-13). Before the append it refuses (Refused) a non-advancing
+checkpoint, a Commit beyond the live-Commit capacity (LA-21), an outcome below or outside the
+floor, and a Commit not fenced by the active assignment handoff pin's target
+(RB §2.9, `handoff_pins`; its reads run inside the same deadline), and compacts the terminal
+history at 64 live links (LA §4.4.6). A lost race is re-derived from the winner: our outcome in its
 audited history settles the call; a foreign term is Fenced; a winner that did not advance the
-log is CorruptRecord; anything else is retried, at most AUTHORITY_MUTATION_ATTEMPTS_MAX times
-and until the caller's absolute monotonic `deadline`.
+log is CorruptRecord; anything else is retried by `admission.admit`, at most
+AUTHORITY_MUTATION_ATTEMPTS_MAX times (then Contended) and until the caller's absolute monotonic
+`deadline`.
 
-The reads (§4.4.2, §4.4.4, §4.4.9) are in `cluster_outcome_reads`, retention (§4.4.5-§4.4.8) in
-`cluster_outcome_floors`, the audit (§4.4.3) in `outcome_audit`; all are re-exported here.
-Error kinds: `Fenced` -> Fenced; the decision store's `Conflict` -> Refused (the request as
-asked is forbidden by what is durable); `Io` -> StoreUnavailable; corrupt durable state ->
-CorruptRecord.
+The reads (LA §4.4.2, LA §4.4.4, LA §4.4.9) are in `cluster_outcome_reads`, retention (LA §4.4.5 to
+LA §4.4.8) in `cluster_outcome_floors`, the audit (LA §4.4.3) in `outcome_audit`; all are
+re-exported here. Error kinds: `Fenced` -> Fenced; the decision store's `Conflict` -> Refused (the
+request as asked is forbidden by what is durable); `Io` -> StoreUnavailable; corrupt durable state
+-> CorruptRecord.
 """
 
 from __future__ import annotations
@@ -25,15 +26,11 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.cluster_outcome_floors import (
     ValidateArtifacts,
-    compact_before_append,
-    not_converged,
+    compaction,
     prune_cluster_outcomes_before,
-    require_canonical_proof,
-    require_term,
-    settle_contention,
-    successor,
 )
 from laminar_cluster.authority.cluster_outcome_reads import (
     ClusterOutcomeInventory,
@@ -73,8 +70,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX, MAX_LIVE_AUTHORITY_LINKS
-from laminar_cluster.lease.outcomes import AppendContended, AppendCreated
+from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.records import LeaderAuthorityRecord, OutcomeLink
 
 if TYPE_CHECKING:
@@ -115,17 +111,20 @@ async def record_cluster_outcome(
     recovery_capsule: RecoveryCapsuleRef | None,
     deadline: float,
 ) -> RecordOutcomeResult:
-    """Admit the cluster outcome of one attempt under `proof` (§4.4.1)."""
-    require_canonical_proof(proof)
+    """Admit the cluster outcome of one attempt under `proof` (LA §4.4.1)."""
+    admission.require_canonical_proof(proof, _RECORD)
     if not CheckpointAttempt(epoch=epoch, checkpoint_id=checkpoint_id).is_canonical():
         raise Refused(
             "cluster checkpoint outcomes require one nonzero canonical checkpoint ID: epoch "
             f"{epoch}, checkpoint {checkpoint_id}"
         )
     async with within_deadline(authority.clock, deadline, _RECORD):
-        require_term(await authority.load_record(), proof)
+        # LA §4.4.1 step 2: only the current term builds a candidate (LA-5).
+        admission.check_term(
+            (await admission.published_head(authority, _RECORD)).record.lease, proof, _RECORD
+        )
         # A Commit's capsule is loaded and matched; the proof's node and boot must be in the
-        # fence; the deployment identity is created if absent (spec §11.3).
+        # fence; the deployment identity is created if absent (LA §11.3).
         candidate = await authority.require_decisions().canonical_outcome(
             epoch=epoch,
             checkpoint_id=checkpoint_id,
@@ -135,61 +134,61 @@ async def record_cluster_outcome(
             leader_proof=proof,
             recovery_capsule=recovery_capsule,
         )
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await authority.clock.sleep(0)
-            result = await _record_attempt(authority, proof, candidate)
-            if result is not None:
-                return result
-    raise not_converged(_RECORD)
 
-
-async def _record_attempt(
-    authority: LeaderLeaseStore, proof: LeaderProof, candidate: CheckpointOutcome
-) -> RecordOutcomeResult | None:
-    """One pass of §4.4.1's loop: the result, or None to retry."""
-    published = await authority.load_published_head()
-    current = require_term(None if published is None else published.record, proof)  # S5
-    snapshot = await cached_audit(authority, current)
-    settled = _settled(snapshot, candidate)
-    if settled is not None:
-        return settled
-    _check_admissible(current, snapshot, candidate, authority.live_commit_links_max)
-    if candidate.is_commit():
-        # §2.9: derived from the head the append below is conditioned on, so a decision
-        # admitted in between makes the append contend and the pin is derived again.
-        _check_pinned(await handoff_pin_at(authority, current, snapshot.outcomes), candidate)
-    if await compact_before_append(authority, proof, current, snapshot):
-        return None  # a floor was appended (or the head moved): re-derive from the new head
-    record = _outcome_record(current, candidate)
-    outcome = await authority.append(published, record)
-    if isinstance(outcome, AppendContended):
-        # Our record may be durable below the winner (spec §11.1): look for it there first.
-        settled = _settled(await cached_audit(authority, outcome.winner), candidate)
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[RecordOutcomeResult]:
+        if not require_term.raced:
+            require_term()  # LA §4.4.1 step 4.1: a fresh head is checked first (LA-5)
+        # A race winner may hold our own record below it: answer from it first (LA §11.1).
+        snapshot = await cached_audit(authority, head)
+        settled = _settled(snapshot, candidate)
         if settled is not None:
-            return settled
-        settle_contention(outcome.winner, proof, current.lease.seq, _RECORD)
-        return None
-    if not isinstance(outcome, AppendCreated):
-        return Unchanged(candidate)  # an ambiguous create that applied is never `Created`
+            return admission.Answer(settled)
+        require_term()  # LA-5
+        _check_admissible(head, snapshot, candidate, authority.live_commit_links_max)
+        if candidate.is_commit():
+            # RB §2.9: derived from the head the append is conditioned on, so a decision admitted
+            # in between makes the append contend and the pin is derived again.
+            _check_pinned(await handoff_pin_at(authority, head, snapshot.outcomes), candidate)
+        compact = await compaction(authority, head, snapshot)
+        if compact is not None:
+            return compact  # then decided again on the head that carries the new floor
+        return _outcome_append(authority, head, snapshot, candidate)
+
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=_RECORD, deadline=deadline
+    )
+
+
+def _outcome_append(
+    authority: LeaderLeaseStore,
+    current: LeaderAuthorityRecord,
+    snapshot: OutcomeSnapshot,
+    candidate: CheckpointOutcome,
+) -> admission.Append[RecordOutcomeResult]:
+    """The admitting record; once durable, its audit is the old one extended by `candidate`.
+    An ambiguous create that applied is Unchanged, never `Created`."""
+    record = _outcome_record(current, candidate)
     link = record.outcome_head
     assert link is not None  # set by _outcome_record
-    audit_cache(authority).install(
-        audit_key(record),
-        record.lease.seq,
-        OutcomeSnapshot(
-            outcomes=(*snapshot.outcomes, candidate),
-            terminal_links=(*snapshot.terminal_links, link),
-            commit_links=(*snapshot.commit_links, link)
-            if candidate.is_commit()
-            else snapshot.commit_links,
-        ),
+    extended = OutcomeSnapshot(
+        outcomes=(*snapshot.outcomes, candidate),
+        terminal_links=(*snapshot.terminal_links, link),
+        commit_links=(*snapshot.commit_links, link)
+        if candidate.is_commit()
+        else snapshot.commit_links,
     )
-    return Created(candidate)
+    return admission.Append(
+        record,
+        Created(candidate),
+        Unchanged(candidate),
+        lambda: audit_cache(authority).install(audit_key(record), record.lease.seq, extended),
+    )
 
 
 def _settled(snapshot: OutcomeSnapshot, candidate: CheckpointOutcome) -> RecordOutcomeResult | None:
-    """S11: one outcome per epoch forever; anchors and lagged Commits count."""
+    """LA-13: one outcome per epoch forever; anchors and lagged Commits count."""
     winner = at_epoch(snapshot.outcomes, candidate.epoch)
     if winner is None:
         return None
@@ -202,16 +201,16 @@ def _check_admissible(
     candidate: CheckpointOutcome,
     live_commits_max: int = MAX_LIVE_AUTHORITY_LINKS,
 ) -> None:
-    """§4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it.
-    `live_commits_max` is S22's bound (MAX_LIVE_AUTHORITY_LINKS, lower only in tests)."""
+    """LA §4.4.1 steps 4-6: what is durable refuses the candidate (Refused), or admits it.
+    `live_commits_max` is LA-21's bound (MAX_LIVE_AUTHORITY_LINKS, lower only in tests)."""
     assert 1 <= live_commits_max <= MAX_LIVE_AUTHORITY_LINKS
     if snapshot.outcomes and candidate.checkpoint_id <= snapshot.outcomes[-1].checkpoint_id:
-        raise Refused(  # S11: outcomes strictly increase
+        raise Refused(  # LA-13: outcomes strictly increase
             f"cluster checkpoint {candidate.checkpoint_id} does not advance durable checkpoint "
             f"{snapshot.outcomes[-1].checkpoint_id}"
         )
     if candidate.is_commit() and len(snapshot.commit_links) >= live_commits_max:
-        raise Refused(  # S22: the Commit chain walk stays bounded
+        raise Refused(  # LA-21: the Commit chain walk stays bounded
             f"live Commit retention reached the {live_commits_max}-link authority "
             "bound; advance the artifact-retention horizon before admitting another Commit"
         )
@@ -227,7 +226,7 @@ def _check_admissible(
 
 
 def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
-    """spec_rebalance §2.9: while an assignment handoff pin is active, only a Commit fenced by
+    """RB §2.9: while an assignment handoff pin is active, only a Commit fenced by
     its target is admitted (Aborts are never checked)."""
     if pin is None or candidate.assignment_fence == pin.target:
         return
@@ -243,18 +242,17 @@ def _check_pinned(pin: HandoffPin | None, candidate: CheckpointOutcome) -> None:
 def _outcome_record(
     current: LeaderAuthorityRecord, candidate: CheckpointOutcome
 ) -> LeaderAuthorityRecord:
-    """§4.4.1 step 8: the admitting record after `current`, linked into both chains."""
-    record = successor(current)
+    """LA §4.4.1 step 8: the admitting record after `current`, linked into both chains."""
     link = OutcomeLink(
-        sequence=record.lease.seq, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
+        sequence=current.lease.seq + 1, epoch=candidate.epoch, checkpoint_id=candidate.checkpoint_id
     )
-    record = msgspec.structs.replace(
-        record,
+    record = admission.successor(
+        current,
         checkpoint_outcome=candidate,
         previous_outcome=current.outcome_head,
         outcome_head=link,
     )
-    if candidate.is_commit():  # S12: a Commit also heads the Commit chain
+    if candidate.is_commit():  # LA-13: a Commit also heads the Commit chain
         record = msgspec.structs.replace(
             record, previous_commit=current.commit_head, commit_head=link
         )

@@ -1,4 +1,4 @@
-"""The leader authority's assignment handoff pin (spec_rebalance §2.9, §4.9 step 9, §4.16).
+"""The leader authority's assignment handoff pin (RB §2.9, RB §4.9 step 9, RB §4.16).
 
 The authority holds at most one pin `{target fence, checkpoint}`: the committed cluster
 checkpoint the assignment `target` must restore from. It is not a stored field: it is derived
@@ -27,7 +27,7 @@ The rule:
 
 So a recovery decision D(n+1) recorded while D(n)'s pin is unconsumed moves the pin to
 target(n+1) (propagation): D(n+1) is now the highest decision and names its own recovery
-checkpoint (the same cut, §4.9 step 9).
+checkpoint (the same cut, RB §4.9 step 9).
 
 Consequences enforced elsewhere: `cluster_outcomes.record_cluster_outcome` refuses a Commit
 whose fence is not the active pin's target (Aborts are never refused by the pin), and
@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Final
 
 from laminar_cluster.authority.assignment_chain import live_decisions_newest_first
 from laminar_cluster.authority.outcome_audit import cached_audit
+from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.records import CheckpointOutcome, RecoveryCapsuleRef
-from laminar_cluster.errors import InventoryChanged
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import (
     AssignmentDrainDecision,
@@ -73,8 +73,6 @@ __all__ = [
     "rollback_fence",
 ]
 
-READ_ATTEMPTS: Final = 3  # as the outcome reads: retry a record vanishing mid-walk
-
 
 @dataclass(frozen=True, slots=True)
 class HandoffPin:
@@ -92,7 +90,7 @@ class HandoffPin:
 
 def rollback_fence(decision: AssignmentDrainDecision) -> CheckpointAssignmentFence:
     """The fence of an Abort's rollback generation: the predecessor's owner map and roster at
-    the target version (spec_rebalance §2.3 `aborted_target`)."""
+    the target version (RB §2.3 `aborted_target`)."""
     predecessor = decision.transition.predecessor
     return CheckpointAssignmentFence(
         assignment_version=decision.target_version,
@@ -104,26 +102,21 @@ def rollback_fence(decision: AssignmentDrainDecision) -> CheckpointAssignmentFen
 
 async def assignment_handoff_pin(authority: LeaderLeaseStore) -> HandoffPin | None:
     """The active pin of the published head, or None (no decision, no candidate, or consumed)."""
-    for attempt in range(READ_ATTEMPTS):
-        if attempt:
-            await authority.clock.sleep(0)
-        head = await authority.load_record()
+
+    async def read(head: LeaderAuthorityRecord | None) -> HandoffPin | None:
         if head is None or not _has_decision(head):
             return None  # no decision: no pin, and no outcome audit needed
-        try:
-            outcomes = (await cached_audit(authority, head)).outcomes
-            return await handoff_pin_at(authority, head, outcomes)
-        except InventoryChanged:
-            if attempt + 1 == READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+        outcomes = (await cached_audit(authority, head)).outcomes
+        return await handoff_pin_at(authority, head, outcomes)
+
+    return await read_head_retrying(authority, read)
 
 
 async def assignment_handoff_checkpoint(
     authority: LeaderLeaseStore, fence: CheckpointAssignmentFence
 ) -> RecoveryCapsuleRef | None:
-    """The active pin's checkpoint iff the pin's target is exactly `fence` (spec_rebalance
-    §2.9), else None. None also for a pin on the initial state: callers that must tell the two
+    """The active pin's checkpoint iff the pin's target is exactly `fence`
+    (RB §2.9), else None. None also for a pin on the initial state: callers that must tell the two
     apart use `assignment_handoff_pin_on`."""
     pin = await assignment_handoff_pin_on(authority, fence)
     return None if pin is None else pin.checkpoint

@@ -1,14 +1,14 @@
-"""The outcome audit every cluster-outcome read and write shares (spec_leader_lease §3.5,
-§4.4.3; invariants S11, S12, S21, S22).
+"""The outcome audit every cluster-outcome read and write shares (LA §3.5,
+LA §4.4.3; invariants LA-13, LA-11, LA-21).
 
 `audit_outcomes(authority, head)` walks the terminal chain from `outcome_head` down to the
 terminal floor, checking the Commit head each record carries, and checks where it ends against
 the terminal anchor; walks the Commit chain down to the artifact floor (records are read once);
 cross-checks both chains and the anchors; merges them by epoch (duplicates must be identical);
 and checks the deployment and the strict increase of epoch and checkpoint_id. Each walk follows
-at most MAX_LIVE_AUTHORITY_LINKS links (S22). A record missing mid-walk is InventoryChanged (a
+at most MAX_LIVE_AUTHORITY_LINKS links (LA-21). A record missing mid-walk is InventoryChanged (a
 concurrent prune: retry the whole read); any other inconsistency is CorruptRecord naming the
-record (S21).
+record (LA-11).
 
 The audit cache keeps one snapshot per `LeaderLeaseStore` instance, keyed by (outcome_head,
 commit_head, floor) and tagged with the highest authority sequence seen for that key: an
@@ -55,7 +55,7 @@ def audit_key(head: LeaderAuthorityRecord) -> AuditKey:
 async def audit_outcomes(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord
 ) -> OutcomeSnapshot:
-    """The full, uncached audit of `head`'s outcome history (§4.4.3 steps 1-7)."""
+    """The full, uncached audit of `head`'s outcome history (LA §4.4.3 steps 1-7)."""
     records: dict[int, LeaderAuthorityRecord] = {head.lease.seq: head}  # read once each
     walk = await _terminal_walk(authority, head, records)
     commits, commit_links = await _commit_walk(authority, head, records)
@@ -134,7 +134,7 @@ def ends_at_anchor(
 
 
 def _budget(traversed: int, what: str, seq: int) -> None:
-    # S22: work per walk is bounded; a longer live chain is never produced by this protocol.
+    # LA-21: work per walk is bounded; a longer live chain is never produced by this protocol.
     if traversed >= MAX_LIVE_AUTHORITY_LINKS:
         raise corrupt(
             seq,
@@ -148,7 +148,7 @@ async def _terminal_walk(
     head: LeaderAuthorityRecord,
     records: dict[int, LeaderAuthorityRecord],
 ) -> _TerminalWalk:
-    """§4.4.3 steps 1-2: the live terminal chain, newest first, then its end at the floor."""
+    """LA §4.4.3 steps 1-2: the live terminal chain, newest first, then its end at the floor."""
     floor = head.outcome_floor
     before = 0 if floor is None else floor.authority_before_epoch
     walk = _TerminalWalk(expected_commit_head=head.commit_head)
@@ -156,7 +156,7 @@ async def _terminal_walk(
     while link is not None and link.epoch >= before:
         _budget(len(walk.links), "outcome", head.lease.seq)
         record, outcome = await read_linked_outcome(authority, records, link, commit_chain=False)
-        # S12: every terminal record carries the Commit head the chain above it expects.
+        # LA-13: every terminal record carries the Commit head the chain above it expects.
         if record.commit_head != walk.expected_commit_head:
             raise corrupt(
                 link.sequence,
@@ -185,7 +185,7 @@ async def _commit_walk(
     head: LeaderAuthorityRecord,
     records: dict[int, LeaderAuthorityRecord],
 ) -> tuple[list[CheckpointOutcome], list[OutcomeLink]]:
-    """§4.4.3 step 3: the live Commit chain (ascending), ending at the committed anchor."""
+    """LA §4.4.3 step 3: the live Commit chain (ascending), ending at the committed anchor."""
     floor = head.outcome_floor
     before = 0 if floor is None else floor.artifact_before_epoch
     outcomes: list[CheckpointOutcome] = []
@@ -239,7 +239,7 @@ def _cross_check(
     terminal_links: list[OutcomeLink],
     commit_links: list[OutcomeLink],
 ) -> None:
-    """§4.4.3 step 4 (S12): both chains agree with each other and with the floor's anchors."""
+    """LA §4.4.3 step 4 (LA-13): both chains agree with each other and with the floor's anchors."""
     floor = head.outcome_floor
     boundary: OutcomeLink | None = None
     if floor is not None and floor.terminal_anchor is not None:
@@ -278,7 +278,7 @@ def _merge(
     terminal: list[CheckpointOutcome],
     commits: list[CheckpointOutcome],
 ) -> list[CheckpointOutcome]:
-    """§4.4.3 step 5: anchors and both chains by epoch; one epoch, one identical outcome."""
+    """LA §4.4.3 step 5: anchors and both chains by epoch; one epoch, one identical outcome."""
     floor = head.outcome_floor
     everything: list[CheckpointOutcome] = []
     if floor is not None:
@@ -289,7 +289,7 @@ def _merge(
     merged: list[CheckpointOutcome] = []
     for outcome in everything:
         if merged and merged[-1].epoch == outcome.epoch:
-            # S11: at most one outcome per epoch, wherever it is read from.
+            # LA-13: at most one outcome per epoch, wherever it is read from.
             if merged[-1] != outcome:
                 raise corrupt(
                     head.lease.seq,
@@ -304,7 +304,7 @@ def _merge(
 def _check_deployment_and_order(
     head: LeaderAuthorityRecord, merged: list[CheckpointOutcome], deployment_id: str
 ) -> None:
-    """§4.4.3 step 6 (S11): one deployment; epoch and checkpoint_id strictly increase."""
+    """LA §4.4.3 step 6 (LA-13): one deployment; epoch and checkpoint_id strictly increase."""
     for outcome in merged:
         if outcome.deployment_id != deployment_id:
             raise corrupt(
@@ -323,7 +323,7 @@ def _check_deployment_and_order(
 
 
 @dataclass
-class _Entry:  # the audit cache (§4.4.3): one entry per LeaderLeaseStore instance
+class _Entry:  # the audit cache (LA §4.4.3): one entry per LeaderLeaseStore instance
     key: AuditKey
     authority_sequence: int  # the highest head sequence this key was seen at
     snapshot: OutcomeSnapshot

@@ -1,20 +1,20 @@
-"""History pruning and garbage collection of the leader authority (spec_leader_lease §4.8.1
-scheduling, §4.8.2 prune_history, §4.8.3 release-terminal GC, §4.8.4 grace; §6 "Background
-prune"; invariants S2 and S22, with S12/S21 for the chains it verifies before deleting).
+"""History pruning and garbage collection of the leader authority (LA §4.8.1 scheduling, LA §4.8.2
+prune_history, LA §4.8.3 release-terminal GC, LA §4.8.4 grace; LA §6 "Background prune"; invariants
+LA-2 and LA-21, with LA-13/LA-11 for the chains it verifies before deleting).
 
 `prune_history` first computes the retained set from the published head: the head and head-1,
-every record on the live terminal and Commit chains (the §4.4.3 audit, through the instance's
+every record on the live terminal and Commit chains (the LA §4.4.3 audit, through the instance's
 cache: `outcome_audit.cached_audit`), every record on the live assignment-decision chain
-(`assignment_decisions.audit_assignment_decisions`, §4.5.5), and the admission record of the
+(`assignment_decisions.audit_assignment_decisions`, LA §4.5.5), and the admission record of the
 latest recovery release (its terminal blob loaded and matched). Any inconsistency raises before a
 single delete. Then at most LEADER_LEASE_MAX_PRUNE_BATCHES batches of at most
 LEADER_LEASE_PRUNE_BATCH_RECORDS records older than the grace, all below the snapshot head, are
-deleted; then old release terminals (§4.8.3). The batches live in `prune_batches`.
+deleted; then old release terminals (LA §4.8.3). The batches live in `prune_batches`.
 
 Ages compare the local wall clock with the store's last_modified: the only safety use of wall
-time, and a clock before 1970 fails closed (§4.8.4, §11.7) instead of disabling the grace.
+time, and a clock before 1970 fails closed (LA §4.8.4, LA §11.7) instead of disabling the grace.
 
-`PruneScheduler` is the background half (§4.8.1): the authority's sync prune hook, at most one
+`PruneScheduler` is the background half (LA §4.8.1): the authority's sync prune hook, at most one
 prune at a time in a TaskGroup it owns, each under LEADER_LEASE_PRUNE_TIMEOUT_S, errors logged.
 """
 
@@ -35,10 +35,9 @@ from laminar_cluster.authority.prune_batches import (
     prune_release_terminals,
     wall_now_ms,
 )
-from laminar_cluster.authority.recovery_terminal import load_recovery_release_terminal
+from laminar_cluster.authority.recovery_terminal import admitted_terminal
 from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument, Refused
 from laminar_cluster.lease.limits import LEADER_LEASE_PRUNE_TIMEOUT_S
-from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord, RecoveryReleaseTerminalRef
 from laminar_cluster.lease.term import ttl_ms_of
@@ -84,14 +83,14 @@ class PruneReport:
 
 
 def grace_ms_for(ttl_s: float) -> int:
-    """§4.8.1: grace_ms = max(2 * ttl_ms, 1)."""
+    """LA §4.8.1: grace_ms = max(2 * ttl_ms, 1)."""
     return max(2 * ttl_ms_of(ttl_s), 1)
 
 
 async def prune_history(
     authority: LeaderLeaseStore, grace_ms: int, *, deadline: float | None = None
 ) -> PruneReport:
-    """Delete old history that no reader or stalled writer can still need (§4.8.2).
+    """Delete old history that no reader or stalled writer can still need (LA §4.8.2).
 
     Raises before any delete if the retained set cannot be proven (CorruptRecord; InventoryChanged
     when a chain record vanished mid-walk); StoreUnavailable when a delete fails or the bounded
@@ -117,7 +116,7 @@ async def _prune_history(authority: LeaderLeaseStore, grace_ms: int) -> PruneRep
     if head is None:
         return PruneReport(None, frozenset(), (), (), 0, 0)
     # Everything that must survive is proven before the first delete: any inconsistency in a
-    # live chain aborts the whole run (S12, S21).
+    # live chain aborts the whole run (LA-13, LA-11).
     retained = await retained_set(authority, head)
     store, clock = authority.store, authority.clock
     deleted, record_batches = await prune_records(
@@ -140,9 +139,9 @@ async def _prune_history(authority: LeaderLeaseStore, grace_ms: int) -> PruneRep
 
 
 async def retained_set(authority: LeaderLeaseStore, head: LeaderAuthorityRecord) -> RetainedSet:
-    """§4.8.2 step 2: head, head-1, the live chains and the latest release admission."""
+    """LA §4.8.2 step 2: head, head-1, the live chains and the latest release admission."""
     head_seq = head.lease.seq
-    # S2: the head and its predecessor survive every prune (a reader may hold the pointer one
+    # LA-2: the head and its predecessor survive every prune (a reader may hold the pointer one
     # record behind the head it is about to repair).
     sequences = {head_seq}
     if head_seq > 1:
@@ -163,17 +162,17 @@ async def _live_outcome_sequences(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord
 ) -> set[int]:
     """Records of the live terminal chain (epoch >= authority_before) and the live Commit chain
-    (epoch >= artifact_before), verified by the §4.4.3 audit (walks bounded by
-    MAX_LIVE_AUTHORITY_LINKS, S22). Anchors are kept by value in the floor, not as records."""
+    (epoch >= artifact_before), verified by the LA §4.4.3 audit (walks bounded by
+    MAX_LIVE_AUTHORITY_LINKS, LA-21). Anchors are kept by value in the floor, not as records."""
     floor = head.outcome_floor
     if head.outcome_head is None and head.commit_head is None and floor is None:
         return set()  # no outcome history: no audit, no deployment identity needed
     head_key = record_path(head.lease.seq)
     try:
-        # The §4.4.3 audit through the instance's cache: a snapshot cached for the same
+        # The LA §4.4.3 audit through the instance's cache: a snapshot cached for the same
         # (outcome head, Commit head, floor) names the same immutable chain records.
         snapshot = await cached_audit(authority, head)
-    except Refused as error:  # a chain problem found while pruning is corruption (§7)
+    except Refused as error:  # a chain problem found while pruning is corruption (LA §7)
         raise CorruptRecord(
             f"{head_key}: retained outcome authority chain is inconsistent: {error}", key=head_key
         ) from error
@@ -189,7 +188,7 @@ async def _live_assignment_sequences(
     authority: LeaderLeaseStore, head: LeaderAuthorityRecord
 ) -> set[int]:
     """Records of the live assignment-decision chain (target >= the floor), verified by the
-    §4.5.5 audit; the anchor below the floor lives on by value."""
+    LA §4.5.5 audit; the anchor below the floor lives on by value."""
     floor = head.assignment_decision_floor
     if head.assignment_decision_head is None and floor is None:
         return set()
@@ -208,7 +207,7 @@ async def _live_assignment_sequences(
 
 
 def _require_below_head(live: set[int], head: LeaderAuthorityRecord, chain: str) -> None:
-    """A live link can only name the head or an older record (S2: nothing at or above the
+    """A live link can only name the head or an older record (LA-2: nothing at or above the
     snapshot head is ever a candidate, and a link beyond it is corruption)."""
     beyond = sorted(seq for seq in live if seq == 0 or seq > head.lease.seq)
     if beyond:
@@ -227,36 +226,12 @@ async def _retained_release_admission(
     link = head.recovery_release_head
     if link is None:
         return None
-    key = record_path(link.sequence)
-    admission = await read_record_from(authority.store, head, link.sequence)
-    if admission is None:
-        raise CorruptRecord(
-            f"{key}: retained recovery release authority link is broken: no admission record",
-            key=key,
-        )
-    commit = admission.recovery_release_commit
-    if (
-        admission.recovery_release_head != link
-        or commit is None
-        or commit.terminal != link.terminal
-    ):
-        raise CorruptRecord(f"{key}: retained recovery release authority link is broken", key=key)
-    if admission.lease.seq != link.sequence:
-        raise CorruptRecord(
-            f"{key}: recovery release admission sequence {admission.lease.seq} does not match "
-            f"its retained link {link.sequence}",
-            key=key,
-        )
-    terminal = await load_recovery_release_terminal(authority, link.terminal)
-    if terminal.round.leader_proof != commit.leader_proof:
-        raise CorruptRecord(
-            f"{key}: retained recovery release terminal does not match its admission", key=key
-        )
+    await admitted_terminal(authority, head, link)
     return link.sequence, link.terminal
 
 
 class PruneScheduler:
-    """Runs `prune_history` in the background after appends (§4.8.1, §6).
+    """Runs `prune_history` in the background after appends (LA §4.8.1, LA §6).
 
     Install it with `async with scheduler.running():`, which owns the TaskGroup and sets itself
     as `authority.prune_hook`. A hook call while not running, outside the group's event loop, or
@@ -310,7 +285,7 @@ class PruneScheduler:
         group = self._group
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop: skipped (§4.8.1)
+        except RuntimeError:  # no event loop: skipped (LA §4.8.1)
             loop = None
         busy = self._task is not None and not self._task.done()
         if group is None or loop is not self._loop or busy:
@@ -330,7 +305,7 @@ class PruneScheduler:
             grace_ms = grace_ms_for(self.authority.ttl_s)
             deadline = clock.monotonic() + self.timeout_s
             self.last_report = await prune_history(self.authority, grace_ms, deadline=deadline)
-        except Exception as error:  # logged only (§4.8.1); CancelledError is not an Exception
+        except Exception as error:  # logged only (LA §4.8.1); CancelledError is not an Exception
             self.failed += 1
             self.last_error = error
             _log.warning("leader authority history prune failed: %s", error)

@@ -1,11 +1,11 @@
-"""The bounded delete batches of the leader authority's history prune (spec_leader_lease §4.8.2
-step 3, §4.8.3 release-terminal GC, §4.8.4 grace; invariants S2 and S22).
+"""The bounded delete batches of the leader authority's history prune (LA §4.8.2
+step 3, LA §4.8.3 release-terminal GC, LA §4.8.4 grace; invariants LA-2 and LA-21).
 
 Each batch is one LIST page (every listed path is checked to be canonical before anything of
-the batch is deleted: a stray object fails the run closed, S21), then the deletes of at most
+the batch is deleted: a stray object fails the run closed, LA-11), then the deletes of at most
 the batch budget, in a few concurrent lanes. A later batch continues after the last key the
 previous one examined. Object ages compare the local wall clock with the store's
-last_modified; a wall clock before 1970 fails closed (§11.7).
+last_modified; a wall clock before 1970 fails closed (LA §11.7).
 """
 
 from __future__ import annotations
@@ -54,35 +54,25 @@ T = TypeVar("T")
 async def prune_records(
     store: ObjectStore, clock: Clock, head_seq: int, retained: frozenset[int], grace_ms: int
 ) -> tuple[tuple[int, ...], int]:
-    """§4.8.2 step 3: at most LEADER_LEASE_MAX_PRUNE_BATCHES batches of at most
+    """LA §4.8.2 step 3: at most LEADER_LEASE_MAX_PRUNE_BATCHES batches of at most
     LEADER_LEASE_PRUNE_BATCH_RECORDS records below the snapshot head `head_seq`, not in
     `retained`, at least `grace_ms` old. Returns (deleted sequences, batches used); raises
     StoreUnavailable when the budget ran out before the end of the history."""
 
     def keep(seq: int, key: str) -> bool:
-        # S2: the snapshot head and anything above it (concurrent appends) are never
+        # LA-2: the snapshot head and anything above it (concurrent appends) are never
         # candidates, and neither is the head's predecessor or anything else retained.
         return seq >= head_seq or seq in retained
 
-    deleted: list[int] = []
-    cursor: str | None = None
-    for batch in range(1, LEADER_LEASE_MAX_PRUNE_BATCHES + 1):  # S22: a bounded delete budget
-        listed = await _list_batch(
-            store,
-            clock,
-            RECORDS_PREFIX,
-            parse_record_path,
-            keep,
-            cursor,
-            grace_ms,
-            budget=LEADER_LEASE_PRUNE_BATCH_RECORDS,
-        )
-        await delete_all(store, [key for _, key in listed.candidates])
-        deleted.extend(seq for seq, _ in listed.candidates)
-        if listed.exhausted:
-            return tuple(deleted), batch
-        cursor = listed.cursor
-        await clock.sleep(0)  # cooperative yield between batches
+    deleted, exhausted, batches = await _delete_in_batches(
+        store,
+        clock,
+        _Batching(RECORDS_PREFIX, parse_record_path, keep, grace_ms),
+        budget=LEADER_LEASE_PRUNE_BATCH_RECORDS,
+        batches_max=LEADER_LEASE_MAX_PRUNE_BATCHES,  # LA-21: a bounded delete budget
+    )
+    if exhausted:
+        return tuple(seq for seq, _ in deleted), batches
     raise StoreUnavailable(
         f"{RECORDS_PREFIX}: leader lease history still exceeds the bounded prune budget "
         f"({LEADER_LEASE_MAX_PRUNE_BATCHES} batches of {LEADER_LEASE_PRUNE_BATCH_RECORDS}); "
@@ -93,7 +83,7 @@ async def prune_records(
 async def prune_release_terminals(
     store: ObjectStore, clock: Clock, retained: RecoveryReleaseTerminalRef, grace_ms: int
 ) -> tuple[tuple[str, ...], int]:
-    """§4.8.3: at most RECOVERY_RELEASE_GC_MAX_BATCHES batches of at most
+    """LA §4.8.3: at most RECOVERY_RELEASE_GC_MAX_BATCHES batches of at most
     RECOVERY_RELEASE_GC_BATCH_RECORDS old release terminals, sparing the retained one and any
     with a greater generation (possibly staged for a future commit). Returns (deleted paths,
     batches used); running out of batches is not an error here."""
@@ -103,30 +93,44 @@ async def prune_release_terminals(
     retained_path = release_terminal_path(generation, retained.sha256)
 
     def keep(coordinates: tuple[int, str], key: str) -> bool:
-        return key == retained_path or coordinates[0] > generation  # S19: later generations
+        return key == retained_path or coordinates[0] > generation  # LA-16: later generations
 
-    deleted: list[str] = []
+    deleted, _, batches = await _delete_in_batches(
+        store,
+        clock,
+        _Batching(RELEASE_TERMINALS_PREFIX, parse_release_terminal_path, keep, grace_ms),
+        budget=RECOVERY_RELEASE_GC_BATCH_RECORDS,
+        batches_max=RECOVERY_RELEASE_GC_MAX_BATCHES,  # LA-21
+    )
+    return tuple(key for _, key in deleted), batches
+
+
+@dataclass(frozen=True, slots=True)
+class _Batching(Generic[T]):
+    """What one batched delete run lists and spares."""
+
+    prefix: str
+    parse: Callable[[str], T]  # a listed key to its coordinates (CorruptRecord if stray)
+    keep: Callable[[T, str], bool]  # retained whatever its age
+    grace_ms: int
+
+
+async def _delete_in_batches(
+    store: ObjectStore, clock: Clock, batching: _Batching[T], *, budget: int, batches_max: int
+) -> tuple[list[tuple[T, str]], bool, int]:
+    """At most `batches_max` batches of at most `budget` deletes, each after its own listing;
+    (deleted, whether the listing was exhausted, batches used)."""
+    deleted: list[tuple[T, str]] = []
     cursor: str | None = None
-    batches = 0
-    while batches < RECOVERY_RELEASE_GC_MAX_BATCHES:  # S22
-        batches += 1
-        listed = await _list_batch(
-            store,
-            clock,
-            RELEASE_TERMINALS_PREFIX,
-            parse_release_terminal_path,
-            keep,
-            cursor,
-            grace_ms,
-            budget=RECOVERY_RELEASE_GC_BATCH_RECORDS,
-        )
+    for batch in range(1, batches_max + 1):
+        listed = await _list_batch(store, clock, batching, cursor, budget=budget)
         await delete_all(store, [key for _, key in listed.candidates])
-        deleted.extend(key for _, key in listed.candidates)
+        deleted.extend(listed.candidates)
         if listed.exhausted:
-            break
+            return deleted, True, batch
         cursor = listed.cursor
-        await clock.sleep(0)
-    return tuple(deleted), batches
+        await clock.sleep(0)  # cooperative yield between batches
+    return deleted, False, batches_max
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,25 +141,17 @@ class _Listed(Generic[T]):
 
 
 async def _list_batch(
-    store: ObjectStore,
-    clock: Clock,
-    prefix: str,
-    parse: Callable[[str], T],
-    keep: Callable[[T, str], bool],
-    cursor: str | None,
-    grace_ms: int,
-    *,
-    budget: int,
+    store: ObjectStore, clock: Clock, batching: _Batching[T], cursor: str | None, *, budget: int
 ) -> _Listed[T]:
-    """One LIST page after `cursor`: every path parsed (S21: a stray or non-canonical path
+    """One LIST page after `cursor`: every path parsed (LA-11: a stray or non-canonical path
     raises CorruptRecord before anything of the batch is deleted), then up to `budget` entries
     that are neither kept nor younger than the grace."""
     now_ms = wall_now_ms(clock)
-    entries = await store.list(prefix, offset=cursor, limit=LIST_PAGE_ENTRIES)
-    parsed = [parse(entry.key) for entry in entries]
+    entries = await store.list(batching.prefix, offset=cursor, limit=LIST_PAGE_ENTRIES)
+    parsed = [batching.parse(entry.key) for entry in entries]
     candidates: list[tuple[T, str]] = []
     for value, entry in zip(parsed, entries, strict=True):
-        if keep(value, entry.key) or now_ms - entry.last_modified_ms < grace_ms:
+        if batching.keep(value, entry.key) or now_ms - entry.last_modified_ms < batching.grace_ms:
             continue
         candidates.append((value, entry.key))
         if len(candidates) == budget:
@@ -165,7 +161,7 @@ async def _list_batch(
 
 
 def wall_now_ms(clock: Clock) -> int:
-    """The local wall clock for object ages; before 1970 it fails closed (§4.8.4, §11.7)."""
+    """The local wall clock for object ages; before 1970 it fails closed (LA §4.8.4, LA §11.7)."""
     now_ms = clock.wall_ms()
     if now_ms < 0:
         raise InvalidArgument(

@@ -1,19 +1,19 @@
-"""Recovery faults admitted through the leader authority log (spec_leader_lease §3.7, §4.6.1,
-§4.6.2; invariant S17; quirk §11.4).
+"""Recovery faults admitted through the leader authority log (LA §3.7, LA §4.6.1,
+LA §4.6.2; invariant LA-16; quirk LA §11.4).
 
 Any participant process may report a fault, under whatever term is current: no leader proof is
-needed. A fault append copies the lease unchanged but for `seq` (§3.3), so the liveness identity
+needed. A fault append copies the lease unchanged but for `seq` (LA §3.3), so the liveness identity
 (owner, token, renewal_sequence) is untouched and a rival's takeover observation is never reset
-by it (§4.3.4).
+by it (LA §4.3.4).
 
 One slot per stable node id, sorted by node id. A slot's `fault_sequence` is the authority
 sequence that admitted its current request: globally monotone and never reused, even after its
-tombstone is compacted (S17). Inactive slots are tombstones left by a release, so a retry of the
+tombstone is compacted (LA-16). Inactive slots are tombstones left by a release, so a retry of the
 cleared request answers `AlreadyCleared` instead of being re-admitted.
 
-The spec's unbounded retry loop is bounded here by AUTHORITY_MUTATION_ATTEMPTS_MAX and by the
-caller's absolute monotonic `deadline` (DeadlineExceeded). This module also holds the two small
-helpers the other decision modules share (`next_sequence`).
+A fault is admitted by `admission.admit` without a proof: bounded by
+AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic `deadline`
+(DeadlineExceeded).
 """
 
 from __future__ import annotations
@@ -23,18 +23,11 @@ from dataclasses import dataclass
 
 import msgspec
 
+from laminar_cluster.authority import admission
 from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import (
-    Fenced,
-    InvalidArgument,
-    StoreUnavailable,
-)
+from laminar_cluster.errors import Fenced, InvalidArgument
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import AUTHORITY_MUTATION_ATTEMPTS_MAX
-from laminar_cluster.lease.log import require_advanced
-from laminar_cluster.lease.outcomes import AppendContended
 from laminar_cluster.lease.records import (
     AuthorityRecoveryFaultSlot,
     LeaderAuthorityRecord,
@@ -69,7 +62,7 @@ RecordRecoveryFaultResult = Active | AlreadyCleared | CoveredByNewerRequest | Su
 
 @dataclass(frozen=True)
 class RecoveryFaultInventory:
-    """`{revision, faults}` (§3.7): the authority sequence that last changed the slot set (0 =
+    """`{revision, faults}` (LA §3.7): the authority sequence that last changed the slot set (0 =
     no fault ever recorded) and the active slots as (reporter node, fault_sequence), by node."""
 
     revision: int
@@ -98,7 +91,7 @@ def fault_slot_of(
 
 
 async def recovery_fault_inventory(authority: LeaderLeaseStore) -> RecoveryFaultInventory:
-    """The fault inventory of the published head (§4.6.2); Fenced when there is no head."""
+    """The fault inventory of the published head (LA §4.6.2); Fenced when there is no head."""
     record = await authority.load_record()
     if record is None:
         raise Fenced("recovery fault inventory needs an existing leader authority head")
@@ -112,8 +105,8 @@ async def record_recovery_fault(
     *,
     deadline: float,
 ) -> RecordRecoveryFaultResult:
-    """Admit `publisher`'s fault request `request_sequence` (§4.6.1). No leader proof: any
-    participant may report under the current term (§11.4). Raises Fenced when the namespace has
+    """Admit `publisher`'s fault request `request_sequence` (LA §4.6.1). No leader proof: any
+    participant may report under the current term (LA §11.4). Raises Fenced when the namespace has
     no authority head, InvalidArgument for a non-canonical publisher, a zero request sequence or
     a second publisher of one process term."""
     with writing("recovery fault publisher"):
@@ -122,32 +115,27 @@ async def record_recovery_fault(
         raise InvalidArgument(
             f"recovery fault request sequence must be nonzero, not {request_sequence!r}"
         )
-    what = "recovery fault"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)  # cooperative yield: someone else's append won
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced("recovery fault needs an existing leader authority head")
-            settled = _settled_without_write(head.record, publisher, request_sequence)
-            if settled is not None:
-                return settled
-            candidate = _fault_candidate(head.record, publisher, request_sequence)
-            outcome = await authority.append(head, candidate)
-            if not isinstance(outcome, AppendContended):
-                return Active()
-            # Our record may be durable behind the winner (§11.1): the retry re-reads the head
-            # and finds the exact request in its slot.
-            require_advanced(outcome.winner, head.record.lease.seq, what)
-    raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
+
+    async def decide(
+        head: LeaderAuthorityRecord, _: admission.RequireTerm
+    ) -> admission.Decision[RecordRecoveryFaultResult]:
+        settled = _settled_without_write(head, publisher, request_sequence)
+        if settled is not None:
+            return admission.Answer(settled)
+        # A lost race re-derives from the winner, where our own request may already be (LA §11.1).
+        return admission.Append(
+            _fault_candidate(head, publisher, request_sequence), Active(), Active()
+        )
+
+    return await admission.admit(
+        authority, proof=None, decide=decide, what="recovery fault", deadline=deadline
+    )
 
 
 def _settled_without_write(
     head: LeaderAuthorityRecord, publisher: RecoveryFaultPublisher, request_sequence: int
 ) -> RecordRecoveryFaultResult | None:
-    """§4.6.1 step 2: the answer when the head's slot already decides it, None to append."""
+    """LA §4.6.1 step 2: the answer when the head's slot already decides it, None to append."""
     node = publisher.participant.node_id
     slot = fault_slot_of(head.recovery_fault_slots, node)
     if slot is None:
@@ -171,12 +159,12 @@ def _settled_without_write(
 def _fault_candidate(
     head: LeaderAuthorityRecord, publisher: RecoveryFaultPublisher, request_sequence: int
 ) -> LeaderAuthorityRecord:
-    """§4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
+    """LA §4.6.1 step 3: seq+1 with the lease otherwise unchanged; the slot inserted or replaced
     with fault_sequence = revision = the new sequence."""
-    seq = next_sequence(head)
-    # §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
-    lease = msgspec.structs.replace(head.lease, seq=seq)
-    # S17: the fault sequence is the admitting sequence, so it is never reused.
+    # LA §3.3: a fault append keeps renewal_sequence, token, owner and expiry (liveness identity).
+    record = admission.successor(head)
+    seq = record.lease.seq
+    # LA-16: the fault sequence is the admitting sequence, so it is never reused.
     slot = AuthorityRecoveryFaultSlot(
         publisher=publisher, request_sequence=request_sequence, fault_sequence=seq, active=True
     )
@@ -184,14 +172,5 @@ def _fault_candidate(
     slots = [s for s in head.recovery_fault_slots if s.publisher.participant.node_id != node]
     bisect.insort(slots, slot, key=lambda s: s.publisher.participant.node_id)
     return msgspec.structs.replace(
-        head.preserve_with_lease(lease),
-        recovery_fault_revision=seq,
-        recovery_fault_slots=tuple(slots),
+        record, recovery_fault_revision=seq, recovery_fault_slots=tuple(slots)
     )
-
-
-def next_sequence(head: LeaderAuthorityRecord) -> int:
-    """head.seq + 1, or InvalidArgument when the u64 sequence is exhausted."""
-    if head.lease.seq >= U64_MAX:
-        raise InvalidArgument("leader authority sequence exhausted")
-    return head.lease.seq + 1

@@ -1,20 +1,21 @@
-"""Recovery release through the leader authority log (spec_leader_lease §3.8, §4.6.3-§4.6.9;
-invariants S5, S17, S18, S19; quirks §11.1, §11.13).
+"""Recovery release through the leader authority log (LA §3.8, LA §4.6.3 to LA §4.6.9;
+invariants LA-5, LA-16; quirks LA §11.1, LA §11.13).
 
 * `record_recovery_release_commit`: admit a staged terminal under the exact term that froze its
-  round, only while the fault inventory still equals the round's frozen one (S17:
+  round, only while the fault inventory still equals the round's frozen one (LA-16:
   `FaultsChanged` otherwise). The winner check (an existing release head with this terminal or
   a generation >= ours) comes BEFORE the proof check, so a deposed term's retry still learns
-  that its release is durable (§11.13). The covered slots that the round stopped (same node and
+  that its release is durable (LA §11.13). The covered slots that the round stopped (same node and
   boot) become tombstones; every other slot is dropped.
 * `authorize_recovery_release`: may this exact process treat its fault as cleared by this exact
-  terminal (S18)?
+  terminal (LA-16)?
 * `recovery_admission_snapshot` / `recovery_admission_is_current` /
   `latest_recovery_release_terminal`: bounded re-checked reads (4 attempts).
 
 Terminal encoding, release ids, round validation, staging and loading live in
-`recovery_terminal` (re-exported here). The spec's unbounded mutator loop is bounded by
-AUTHORITY_MUTATION_ATTEMPTS_MAX and the caller's absolute monotonic `deadline`.
+`recovery_terminal` (re-exported here). The release commit is admitted by `admission.admit`:
+bounded by AUTHORITY_MUTATION_ATTEMPTS_MAX (then Contended) and the caller's absolute monotonic
+`deadline`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from dataclasses import dataclass
 
 import msgspec
 
+from laminar_cluster.authority import admission
 from laminar_cluster.authority.recovery_faults import (
     RecoveryFaultInventory,
     fault_inventory_of,
     fault_slot_of,
-    next_sequence,
 )
 from laminar_cluster.authority.recovery_terminal import (
+    admitted_terminal,
     encode_terminal,
     fault_sequence,
     load_recovery_release_terminal,
@@ -43,16 +45,10 @@ from laminar_cluster.authority.recovery_terminal import (
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import CorruptRecord, Fenced, LaminarError, StoreUnavailable
+from laminar_cluster.errors import Fenced, LaminarError, StoreUnavailable
 from laminar_cluster.fencing import LeaderProof, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.limits import (
-    AUTHORITY_MUTATION_ATTEMPTS_MAX,
-    MAX_LEASE_HEAD_READ_ATTEMPTS,
-)
-from laminar_cluster.lease.log import read_record_from, require_advanced
-from laminar_cluster.lease.outcomes import AppendContended
-from laminar_cluster.lease.paths import record_path
+from laminar_cluster.lease.limits import MAX_LEASE_HEAD_READ_ATTEMPTS
 from laminar_cluster.lease.records import (
     AuthorityRecoveryReleaseCommit,
     LeaderAuthorityRecord,
@@ -102,14 +98,14 @@ class ReleaseUnchanged:
 
 @dataclass(frozen=True)
 class ReleaseConflict:
-    """Another terminal of the same or a higher generation is the durable release head (S19)."""
+    """Another terminal of the same or a higher generation is the durable release head (LA-16)."""
 
     winner: RecoveryReleaseTerminalRef
 
 
 @dataclass(frozen=True)
 class FaultsChanged:
-    """The fault inventory moved after the round was frozen: nothing was committed (S17)."""
+    """The fault inventory moved after the round was frozen: nothing was committed (LA-16)."""
 
 
 RecordRecoveryReleaseCommitResult = (
@@ -119,7 +115,7 @@ RecordRecoveryReleaseCommitResult = (
 
 @dataclass(frozen=True)
 class RecoveryAdmissionSnapshot:
-    """Evidence, not authority (§4.6.7): the committed release terminal (if any), the fault
+    """Evidence, not authority (LA §4.6.7): the committed release terminal (if any), the fault
     inventory and authority sequence it was re-checked at, and the release head."""
 
     committed_release: RecoveryAnnouncement | None
@@ -135,58 +131,40 @@ async def record_recovery_release_commit(
     *,
     deadline: float,
 ) -> RecordRecoveryReleaseCommitResult:
-    """Admit the staged terminal `ref` under `proof` (§4.6.5). Raises Fenced when the proof is
+    """Admit the staged terminal `ref` under `proof` (LA §4.6.5). Raises Fenced when the proof is
     not the round's or not the current term's, or there is no authority head."""
     what = "recovery release commit"
-    clock = authority.clock
-    async with within_deadline(clock, deadline, what):
+    async with within_deadline(authority.clock, deadline, what):
         terminal = await load_recovery_release_terminal(authority, ref)  # validates the ref
-        # S5: only the exact term that froze the round may commit its release.
-        if terminal.round.leader_proof != proof or not proof_is_canonical(proof):
-            raise Fenced(f"{what}: the proof is not the recovery round's leader proof")
-        frozen = RecoveryFaultInventory(
-            revision=terminal.round.fault_revision, faults=terminal.round.faults
-        )
-        for attempt in range(AUTHORITY_MUTATION_ATTEMPTS_MAX):
-            if attempt:
-                await clock.sleep(0)
-            head = await authority.load_published_head()
-            if head is None:
-                raise Fenced(f"{what}: no leader authority head")
-            # §11.13: the winner check precedes the proof check.
-            settled = await _settled_by_release_head(authority, head.record, ref)
-            if settled is not None:
-                return settled
-            _require_term(head.record, proof, what)
-            # S17: commit only for the exact fault set the round froze.
-            if fault_inventory_of(head.record) != frozen:
-                return FaultsChanged()
-            candidate = _release_candidate(head.record, terminal, proof, ref)
-            outcome = await authority.append(head, candidate)
-            if not isinstance(outcome, AppendContended):
-                return ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
-            # §11.1: our record may be durable behind the winner; re-derive from it.
-            winner = outcome.winner
-            settled = await _settled_by_release_head(authority, winner, ref)
-            if settled is not None:
-                return settled
-            _require_term(winner, proof, what)
-            require_advanced(winner, head.record.lease.seq, what)
-        raise StoreUnavailable(
-            f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts"
-        )
+    # LA-5: only the exact term that froze the round may commit its release.
+    if terminal.round.leader_proof != proof or not proof_is_canonical(proof):
+        raise Fenced(f"{what}: the proof is not the recovery round's leader proof")
+    frozen = RecoveryFaultInventory(
+        revision=terminal.round.fault_revision, faults=terminal.round.faults
+    )
 
+    async def decide(
+        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
+    ) -> admission.Decision[RecordRecoveryReleaseCommitResult]:
+        # LA §11.13: the winner check precedes the proof check.
+        settled = await _settled_by_release_head(authority, head, ref)
+        if settled is not None:
+            return admission.Answer(settled)
+        require_term()  # LA-5: admitted only right after a record of the proof's exact term
+        if fault_inventory_of(head) != frozen:  # LA-16: only the exact fault set it froze
+            return admission.Answer(FaultsChanged())
+        created = ReleaseCreated(ref=ref)  # spec: Created also for an identical retry
+        return admission.Append(_release_candidate(head, terminal, proof, ref), created, created)
 
-def _require_term(record: LeaderAuthorityRecord, proof: LeaderProof, what: str) -> None:
-    # S5: a release is admitted only right after a record of the proof's exact term.
-    if not lease_matches_proof(record.lease, proof):
-        raise Fenced(f"{what}: the proof no longer names the durable leader term")
+    return await admission.admit(
+        authority, proof=proof, decide=decide, what=what, deadline=deadline
+    )
 
 
 async def _settled_by_release_head(
     authority: LeaderLeaseStore, record: LeaderAuthorityRecord, ref: RecoveryReleaseTerminalRef
 ) -> ReleaseUnchanged | ReleaseConflict | None:
-    """S19: releases are monotone by generation, one terminal per generation. A release head
+    """LA-16: releases are monotone by generation, one terminal per generation. A release head
     with this terminal, or with a generation >= ours, settles the call; its blob is revalidated
     first."""
     link = record.recovery_release_head
@@ -206,10 +184,10 @@ def _release_candidate(
     proof: LeaderProof,
     ref: RecoveryReleaseTerminalRef,
 ) -> LeaderAuthorityRecord:
-    """§4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
+    """LA §4.6.5 step 5: seq+1, lease otherwise unchanged; the covered slots of stopped processes
     (same node and boot) become tombstones, every other slot is dropped."""
-    seq = next_sequence(head)
-    lease = msgspec.structs.replace(head.lease, seq=seq)  # §3.3: liveness identity unchanged
+    record = admission.successor(head)  # LA §3.3: liveness identity unchanged
+    seq = record.lease.seq
     round_ = terminal.round
     tombstones = tuple(
         msgspec.structs.replace(slot, active=False)
@@ -219,8 +197,8 @@ def _release_candidate(
         == slot.publisher.participant.boot_incarnation
     )
     return msgspec.structs.replace(
-        head.preserve_with_lease(lease),
-        recovery_fault_revision=seq,  # S17: the release changed the slot set at seq
+        record,
+        recovery_fault_revision=seq,  # LA-16: the release changed the slot set at seq
         recovery_fault_slots=tombstones,
         recovery_release_commit=AuthorityRecoveryReleaseCommit(terminal=ref, leader_proof=proof),
         recovery_release_head=RecoveryReleaseLink(sequence=seq, terminal=ref),
@@ -230,7 +208,7 @@ def _release_candidate(
 async def authorize_recovery_release(
     authority: LeaderLeaseStore, clearer: RecoveryFaultPublisher, terminal: RecoveryAnnouncement
 ) -> bool:
-    """Read-only (§4.6.6, S18): true iff `terminal` is the current release head, the inventory
+    """Read-only (LA §4.6.6, LA-16): true iff `terminal` is the current release head, the inventory
     is settled by it with no active fault, and `clearer`'s exact fault (publisher and
     fault_sequence) is a tombstone of it; a node the round covers no fault of may resume iff it
     has no active slot."""
@@ -258,39 +236,9 @@ async def authorize_recovery_release(
     )
 
 
-async def _terminal_from(
-    authority: LeaderLeaseStore, head: LeaderAuthorityRecord, link: RecoveryReleaseLink
-) -> RecoveryAnnouncement:
-    """The terminal of `link`, fetched through its admission record (§4.6.7 step 2)."""
-    key = record_path(link.sequence)
-    admission = await read_record_from(authority.store, head, link.sequence)
-    if admission is None:
-        raise CorruptRecord(
-            f"{key}: recovery release admission is missing from retained authority history",
-            key=key,
-        )
-    commit = admission.recovery_release_commit
-    if (
-        commit is None
-        or commit.terminal != link.terminal
-        or admission.recovery_release_head != link
-    ):
-        raise CorruptRecord(
-            f"{key}: recovery release head does not match its admitting authority record", key=key
-        )
-    terminal = await load_recovery_release_terminal(authority, link.terminal)
-    if terminal.round.leader_proof != commit.leader_proof:
-        blob = terminal_path(link.terminal)
-        raise CorruptRecord(
-            f"{blob}: recovery release terminal does not match its admitting leader proof",
-            key=blob,
-        )
-    return terminal
-
-
 async def recovery_admission_snapshot(authority: LeaderLeaseStore) -> RecoveryAdmissionSnapshot:
     """The committed release and the fault inventory, re-checked against a second head read
-    (§4.6.7; up to 4 attempts, then StoreUnavailable). Fenced without a head."""
+    (LA §4.6.7; up to 4 attempts, then StoreUnavailable). Fenced without a head."""
     what = "recovery admission snapshot"
     for attempt in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         if attempt:
@@ -329,7 +277,7 @@ async def recovery_admission_is_current(
     authority: LeaderLeaseStore, snapshot: RecoveryAdmissionSnapshot, proof: LeaderProof
 ) -> bool:
     """True iff `proof` is the current term, the head is not older than the snapshot, the
-    release head and inventory are unchanged, and no fault is active (§4.6.8). Called right
+    release head and inventory are unchanged, and no fault is active (LA §4.6.8). Called right
     before reopening intake: a takeover makes it false for the old proof."""
     record = await _require_record(authority, "recovery admission check")
     inventory = fault_inventory_of(record)
@@ -345,7 +293,7 @@ async def recovery_admission_is_current(
 async def latest_recovery_release_terminal(
     authority: LeaderLeaseStore,
 ) -> RecoveryAnnouncement | None:
-    """The terminal of the current release head, or None (§4.6.9; up to 4 attempts)."""
+    """The terminal of the current release head, or None (LA §4.6.9; up to 4 attempts)."""
     for attempt in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         if attempt:
             await authority.clock.sleep(0)
@@ -369,7 +317,7 @@ async def _fetch(
 ) -> RecoveryAnnouncement | LaminarError:
     """The terminal, or the error fetching it (surfaced only once the head is re-checked)."""
     try:
-        return await _terminal_from(authority, head, link)
+        return await admitted_terminal(authority, head, link)
     except LaminarError as error:
         return error
 

@@ -1,11 +1,11 @@
-"""Recovery rounds, release ids and content-addressed release terminals (spec_leader_lease §2.1,
-§2.6, §3.8, §4.6.3, §4.6.4, §8.7; invariants S19, S21).
+"""Recovery rounds, release ids and content-addressed release terminals (LA §2.1,
+LA §2.6, LA §3.8, LA §4.6.3, LA §4.6.4, LA §8.7; invariants LA-16, LA-11).
 
 A **terminal** is a `RecoveryAnnouncement` in phase `release_committed{epoch}`, stored once at
 `control/recovery-release-terminals/v2/generation={gen:020}/sha256={hex}.json` (Create; an
 existing object is fine, but it is read back and must equal the proposal). Its ref is
 `{release id of the same round in phase release{epoch}, sha256 of the canonical bytes,
-encoded_len}`. Every read revalidates the blob against its ref (S21: the blob is not trusted
+encoded_len}`. Every read revalidates the blob against its ref (LA-11: the blob is not trusted
 merely because a ref exists).
 
 **Release ids** (`release_id_for`, the spec's `RecoveryReleaseId::for_pending`, whose owning
@@ -24,7 +24,7 @@ The label (with its trailing NUL) separates this digest from every other SHA-256
 computes over canonical JSON, so a round digest can never be confused with a record or blob
 address. Changing the announcement's record layout or the label means a new protocol version.
 
-**Round validity** (§8.7, `RecoveryRound::validate`): generation, driver nonzero and a canonical
+**Round validity** (LA §8.7, `RecoveryRound::validate`): generation, driver nonzero and a canonical
 nonce; a canonical leader proof whose node is the driver, and the driver an owner of the
 canonical assignment fence with the proof's boot; fault_revision >= 1; faults non-empty,
 strictly sorted by reporter, each sequence in 1..=fault_revision; evidence participants strictly
@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from laminar_cluster.authority.blobs import create_and_read_back
 from laminar_cluster.checkpoint.reader import read_content_addressed
 from laminar_cluster.codec import decode, encode, encode_checked, sha256_hex
 from laminar_cluster.codec.shape import ShapeViolation, reading, writing
@@ -48,28 +49,24 @@ from laminar_cluster.codec.types import U64_MAX
 from laminar_cluster.errors import (
     CorruptRecord,
     InvalidArgument,
-    LaminarError,
-    ObjectAlreadyExists,
-    PreconditionFailed,
-    StoreError,
-    StoreUnavailable,
-    WriteOutcomeUnknown,
 )
 from laminar_cluster.fencing import fence_is_canonical, proof_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_RECOVERY_RELEASE_TERMINAL_BYTES
-from laminar_cluster.lease.paths import release_terminal_path
+from laminar_cluster.lease.log import read_record_from
+from laminar_cluster.lease.paths import record_path, release_terminal_path
 from laminar_cluster.lease.records import (
+    LeaderAuthorityRecord,
     PhaseRelease,
     PhaseReleaseCommitted,
     RecoveryAnnouncement,
     RecoveryReleaseId,
+    RecoveryReleaseLink,
     RecoveryReleaseTerminalRef,
     RecoveryRound,
 )
 from laminar_cluster.lease.validate import validate_release_ref
 from laminar_cluster.lease.validate_decisions import uuid_is_canonical
-from laminar_cluster.store import CREATE
 
 RECOVERY_RELEASE_PROTOCOL_VERSION: Final = 1
 RELEASE_ROUND_DIGEST_LABEL: Final = b"laminar-cluster/recovery-release-round/v1\x00"
@@ -100,7 +97,7 @@ def stopped_participant_incarnation(round_: RecoveryRound, node_id: int) -> str 
 
 
 def validate_round(round_: RecoveryRound) -> None:
-    """§8.7 `RecoveryRound::validate` without the size bound (see `validate_announcement`)."""
+    """LA §8.7 `RecoveryRound::validate` without the size bound (see `validate_announcement`)."""
     round_id, proof, fence = round_.id, round_.leader_proof, round_.assignment_fence
     if round_id.generation == 0 or round_id.driver == 0:
         raise ShapeViolation(
@@ -166,7 +163,7 @@ def _check_evidence(round_: RecoveryRound) -> None:
 
 
 def validate_announcement(announcement: RecoveryAnnouncement) -> None:
-    """The round is valid and its largest terminal encoding fits in 256 KiB (§8.7)."""
+    """The round is valid and its largest terminal encoding fits in 256 KiB (LA §8.7)."""
     validate_round(announcement.round)
     largest = RecoveryAnnouncement(
         version=RECOVERY_ANNOUNCEMENT_VERSION,
@@ -241,45 +238,33 @@ def terminal_path(ref: RecoveryReleaseTerminalRef) -> str:
 async def stage_recovery_release_terminal(
     authority: LeaderLeaseStore, terminal: RecoveryAnnouncement
 ) -> RecoveryReleaseTerminalRef:
-    """Store `terminal` at its content address and return its ref (§4.6.3). An existing object
+    """Store `terminal` at its content address and return its ref (LA §4.6.3). An existing object
     is fine if it reads back as exactly this terminal; different content is a CorruptRecord."""
     data, ref = encode_terminal(terminal)
-    key = terminal_path(ref)
-    put_error: LaminarError | None = None
-    try:
-        await authority.store.put(key, data, CREATE)
-    except (ObjectAlreadyExists, PreconditionFailed):
-        pass  # content-addressed: whatever is there is read back and compared below
-    except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
-        put_error = error  # settled by the read-back, which may find our write applied
-    try:
-        stored = await load_recovery_release_terminal(authority, ref)
-    except LaminarError as error:
-        if put_error is None:
-            raise
-        raise StoreUnavailable(
-            f"{key}: {_TERMINAL} write failed ({put_error}); reconciliation failed ({error})"
-        ) from error
-    if stored != terminal:
-        raise CorruptRecord(
-            f"{key}: {_TERMINAL} {ref.sha256} differs from the proposed content", key=key
-        )
+    await create_and_read_back(
+        authority.store,
+        terminal_path(ref),
+        data,
+        lambda: load_recovery_release_terminal(authority, ref),
+        terminal,
+        what=f"{_TERMINAL} {ref.sha256}",
+    )
     return ref
 
 
 async def load_recovery_release_terminal(
     authority: LeaderLeaseStore, ref: RecoveryReleaseTerminalRef
 ) -> RecoveryAnnouncement:
-    """The terminal `ref` names, revalidated on every read (§4.6.4, S19, S21): metadata size and
-    body length equal encoded_len, strict canonical decode, a valid release_committed terminal,
-    and the recomputed ref equal to `ref`."""
+    """The terminal `ref` names, revalidated on every read (LA §4.6.4, LA-16, LA-11): metadata
+    size and body length equal encoded_len, strict canonical decode, a valid release_committed
+    terminal, and the recomputed ref equal to `ref`."""
     with writing(f"{_TERMINAL} reference"):
         validate_release_ref(ref)
     key = terminal_path(ref)
     body = await read_content_addressed(
         authority.store, key, what=f"{_TERMINAL} {ref.sha256}", expected_len=ref.encoded_len
     )
-    # S21: strict parse and canonical bytes (codec), then every terminal rule.
+    # LA-11: strict parse and canonical bytes (codec), then every terminal rule.
     terminal = decode(body, RecoveryAnnouncement, key=key, max_bytes=ref.encoded_len)
     with reading(key):
         release = _terminal_release_id(terminal)
@@ -290,5 +275,38 @@ async def load_recovery_release_terminal(
         raise CorruptRecord(
             f"{key}: {_TERMINAL} {ref.sha256} does not match its content-addressed reference",
             key=key,
+        )
+    return terminal
+
+
+async def admitted_terminal(
+    authority: LeaderLeaseStore, head: LeaderAuthorityRecord, link: RecoveryReleaseLink
+) -> RecoveryAnnouncement:
+    """The terminal of release head `link`, fetched through the record that admitted it (LA §4.6.7
+    step 2, LA §4.8.2 step 2): that record must carry the same terminal in its commit and a
+    release head equal to `link`, and the blob's round must carry the commit's leader proof;
+    CorruptRecord otherwise (LA-11)."""
+    key = record_path(link.sequence)
+    admitting = await read_record_from(authority.store, head, link.sequence)
+    if admitting is None:
+        raise CorruptRecord(
+            f"{key}: recovery release admission is missing from retained authority history",
+            key=key,
+        )
+    commit = admitting.recovery_release_commit
+    if (
+        commit is None
+        or commit.terminal != link.terminal
+        or admitting.recovery_release_head != link
+    ):
+        raise CorruptRecord(
+            f"{key}: recovery release head does not match its admitting authority record", key=key
+        )
+    terminal = await load_recovery_release_terminal(authority, link.terminal)
+    if terminal.round.leader_proof != commit.leader_proof:
+        blob = terminal_path(link.terminal)
+        raise CorruptRecord(
+            f"{blob}: recovery release terminal does not match its admitting leader proof",
+            key=blob,
         )
     return terminal

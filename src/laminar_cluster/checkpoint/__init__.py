@@ -1,4 +1,4 @@
-"""The checkpoint decision store (spec_checkpoint_decision): see `decision_store`."""
+"""The checkpoint decision store (docs/protocols/checkpoint-decisions.md): see `decision_store`."""
 
 from laminar_cluster.checkpoint.decision_store import DecisionStore
 from laminar_cluster.checkpoint.records import (

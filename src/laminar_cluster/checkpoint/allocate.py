@@ -1,4 +1,4 @@
-"""Checkpoint ID allocation (spec_checkpoint_decision §4.3, §3.6; invariants §5 S1-S3; §6.3).
+"""Checkpoint ID allocation (CD §4.3, CD §3.6; invariants CD-1 to CD-3; CD §6.3).
 
 IDs are never reused within a deployment and are at least the caller's `minimum`; gaps are
 allowed. Two protocols, chosen by the allocator mode persisted in the identity:
@@ -12,10 +12,10 @@ allowed. Two protocols, chosen by the allocator mode persisted in the identity:
   in-memory cursor inside the claimed block: one durable write per block, no I/O on the fast
   path. A restart burns the unused tail of its block.
 
-The spec leaves the shared loop and the block-claim loop unbounded (§10.2): here each is bounded
+The spec leaves the shared loop and the block-claim loop unbounded (CD §10.2): here each is bounded
 by a count (`limits`) and by the caller's absolute `deadline` (DeadlineExceeded). Cached state is
 changed only after a durable success or a validated read, so a cancellation at any await leaves
-at worst a burned ID or block (§6.3).
+at worst a burned ID or block (CD §6.3).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ async def allocate_checkpoint_id_at_least(
         raise InvalidArgument(f"minimum checkpoint ID {minimum} is outside 1..={U64_MAX}")
     # Local fast path. With the lock free and no await between the check and the update, this
     # is exactly what holding the lock for it would do, minus the acquire.
-    # S1/S2 (local): the ID comes from a block this instance claimed, above every earlier one.
+    # CD-1/CD-2 (local): the ID comes from a block this instance claimed, above every earlier one.
     if not ctx.native_cas and ctx.deployment_id is not None and not ctx.metadata_lock.locked():
         reserved = _take_reserved(ctx.local, minimum)
         if reserved is not None:
@@ -91,7 +91,7 @@ def _check_deadline(ctx: DecisionContext, deadline: float, what: str, attempt: i
         raise DeadlineExceeded(f"{what}: deadline passed before attempt {attempt}")
 
 
-# Shared mode: CAS on the identity head (§4.3 "Shared").
+# Shared mode: CAS on the identity head (CD §4.3 "Shared").
 
 
 async def _allocate_shared(
@@ -102,7 +102,7 @@ async def _allocate_shared(
     if current is None:
         current = await _read_head(ctx, deployment_id)
         if current is None:
-            # S3: a missing head is never recreated here; only a fresh instance mints a new
+            # CD-3: a missing head is never recreated here; only a fresh instance mints a new
             # deployment, so IDs restart only under a new identity.
             raise CorruptRecord(
                 f"{IDENTITY_PATH}: checkpoint ID authority for deployment {deployment_id} "
@@ -112,7 +112,7 @@ async def _allocate_shared(
         ctx.cached_head = current
     for attempt in range(1, ALLOCATION_ATTEMPTS_MAX + 1):
         _check_deadline(ctx, deadline, "shared checkpoint ID allocation", attempt)
-        # S2: next = max(head + 1, minimum); the head never regresses (progress check below).
+        # CD-2: next = max(head + 1, minimum); the head never regresses (progress check below).
         next_id = max(current.record.checkpoint_id + 1, minimum)
         if next_id > U64_MAX:
             raise Refused(f"{IDENTITY_PATH}: {_EXHAUSTED} (head {current.record.checkpoint_id})")
@@ -150,7 +150,7 @@ async def _propose(
     except (PreconditionFailed, ObjectAlreadyExists, ObjectNotFound):
         observed = await _reread_with_progress(ctx, deployment_id, current)
     except NotSupported as error:
-        # S13: a shared store must support conditional update; nothing was written.
+        # CD-12: a shared store must support conditional update; nothing was written.
         raise StoreUnavailable(
             f"{IDENTITY_PATH}: checkpoint ID head needs PutMode::Update (conditional update), "
             f"which this store does not support: {error}"
@@ -170,11 +170,11 @@ async def _propose(
         ctx.cached_head = _head_written(ctx, proposal, written, len(body))
         return None
     if observed.record == proposal:
-        # S1: an ID is returned only if our exact proposal is durable: the re-read shows our
+        # CD-1: an ID is returned only if our exact proposal is durable: the re-read shows our
         # unique allocation_id (a lost response, or a conflict reported after applying).
         ctx.cached_head = observed
         return None
-    # S1: the head moved on without our proposal (or past it): `next_id` is burned, never
+    # CD-1: the head moved on without our proposal (or past it): `next_id` is burned, never
     # returned; the caller retries from the observed head.
     return observed
 
@@ -183,7 +183,7 @@ async def _read_head(ctx: DecisionContext, deployment_id: str) -> Loaded[Deploym
     """The validated head (token required in NativeCas), or None; foreign ones are refused."""
     observed = await read_identity(ctx)
     if observed is not None and observed.record.id != deployment_id:
-        # S3: a head minted by another deployment never continues this one's sequence.
+        # CD-3: a head minted by another deployment never continues this one's sequence.
         raise CorruptRecord(
             f"{IDENTITY_PATH}: checkpoint ID head belongs to deployment {observed.record.id}, "
             f"current deployment is {deployment_id}",
@@ -198,7 +198,7 @@ async def _reread_with_progress(
     """Re-read the head after a failed or ambiguous CAS and check that it only moved forward."""
     observed = await _read_head(ctx, deployment_id)
     before = prior.record
-    # S2/S3: the head never disappears, regresses, or changes identity without advancing.
+    # CD-2/CD-3: the head never disappears, regresses, or changes identity without advancing.
     if observed is None:
         raise CorruptRecord(
             f"{IDENTITY_PATH}: checkpoint ID head disappeared after durable ID "
@@ -256,7 +256,7 @@ def _head_written(
     return Loaded(proposal, meta)
 
 
-# Local mode: immutable block claims and an in-memory cursor (§4.3 "Local", §3.6).
+# Local mode: immutable block claims and an in-memory cursor (CD §4.3 "Local", CD §3.6).
 
 
 def _block_for(checkpoint_id: int) -> int:
@@ -312,7 +312,7 @@ async def _allocate_local(ctx: DecisionContext, minimum: int, deadline: float) -
         return reserved
     minimum_block = _block_for(minimum)
     highest = local.highest_block
-    # S2 (local): always claim above every block listed or claimed, so restarts never reuse.
+    # CD-2 (local): always claim above every block listed or claimed, so restarts never reuse.
     candidate = minimum_block if highest is None else max(highest + 1, minimum_block)
     for attempt in range(1, LOCAL_BLOCK_CLAIM_ATTEMPTS_MAX + 1):
         _check_deadline(ctx, deadline, "local checkpoint ID block claim", attempt)
@@ -321,7 +321,7 @@ async def _allocate_local(ctx: DecisionContext, minimum: int, deadline: float) -
         try:
             await ctx.store.put(key, b"", CREATE)
         except (ObjectAlreadyExists, PreconditionFailed):
-            # S1 (local): a block someone else claimed (or whose claim was ambiguous) is
+            # CD-1 (local): a block someone else claimed (or whose claim was ambiguous) is
             # never used; move on to the next one.
             local.highest_block = candidate
             candidate += 1

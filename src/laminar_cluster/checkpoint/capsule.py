@@ -1,5 +1,5 @@
-"""Recovery capsules: content-addressed, verified on every load (spec_checkpoint_decision §3.9,
-§4.10; invariant S10).
+"""Recovery capsules: content-addressed, verified on every load (CD §3.9,
+CD §4.10; invariant CD-9).
 
 A capsule is stored once, by `CREATE`, at
 `checkpoint-recovery-capsules/epoch={e:020}/checkpoint={c:020}/sha256={hex}`, where the hex is the
@@ -76,7 +76,7 @@ async def create_recovery_capsule(
         )
     path = reference_path(ref)
     try:
-        # S10: content-addressed and create-only; an acknowledged create needs no read-back.
+        # CD-9: content-addressed and create-only; an acknowledged create needs no read-back.
         await ctx.store.put(path, body, CREATE)
     except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
         put_error: Exception = error
@@ -108,7 +108,7 @@ async def load_recovery_capsule(
     if read is None:
         raise CorruptRecord(f"{path}: recovery capsule '{ref.sha256}' is missing", key=path)
     body, meta = read
-    # S10, S12: the length is checked before the body is decoded.
+    # CD-9, CD-11: the length is checked before the body is decoded.
     if meta.size != ref.len:
         raise CorruptRecord(f"{path}: {what} is {meta.size} bytes, expected {ref.len}", key=path)
     capsule = decode_sorted(
@@ -117,7 +117,7 @@ async def load_recovery_capsule(
     with reading(path):
         validate_capsule(capsule)
     canonical = encode_sorted(capsule)
-    # S10: the digest and the exact canonical bytes must match the content address.
+    # CD-9: the digest and the exact canonical bytes must match the content address.
     if _reference(capsule, canonical) != ref or canonical != body:
         raise CorruptRecord(
             f"{path}: {what} does not match its content-addressed reference", key=path

@@ -1,5 +1,5 @@
-"""Recovery capsule garbage collection, one bounded step at a time (spec_checkpoint_decision
-§3.11, §4.11; invariant S12).
+"""Recovery capsule garbage collection, one bounded step at a time
+(CD §3.11, CD §4.11; invariant CD-11).
 
 A step lists the whole capsule prefix, skips what sorts at or before the cursor, and processes
 the 64 lexically smallest remaining locations (a bounded heap, so the choice does not depend on
@@ -128,7 +128,7 @@ async def sweep_recovery_capsules_step(
 async def _select_batch(ctx: DecisionContext, offset: str | None) -> tuple[list[ObjectMeta], bool]:
     """The CAPSULE_GC_BATCH smallest locations after `offset`, ascending; and whether that is all.
 
-    S12: the selection holds at most the batch (a bounded heap), and it does not depend on the
+    CD-11: the selection holds at most the batch (a bounded heap), and it does not depend on the
     order the store lists in. The store skips what sorts at or before `offset`; we check again.
     """
     listed = await ctx.store.list(CAPSULES_PREFIX, offset=offset)
@@ -269,7 +269,7 @@ async def _read_cursor(
         RecoveryCapsuleGcCursor,
         what=_CURSOR,
         max_bytes=MAX_CAPSULE_GC_CURSOR_BYTES,
-        require_token=True,  # S13: the cursor is advanced by update-if-match only
+        require_token=True,  # CD-12: the cursor is advanced by update-if-match only
     )
     if loaded is not None:
         with reading(path):

@@ -1,4 +1,4 @@
-"""The state one decision-store instance keeps (spec §2.2), shared by its operation modules.
+"""The state one decision-store instance keeps (CD §2.2), shared by its operation modules.
 
 Per instance, never shared: the metadata lock (serializes identity creation and ID allocation in
 this instance), the cached deployment id (set once, never cleared), the cached allocation head

@@ -1,4 +1,5 @@
-"""`DecisionStore`: the checkpoint decision store of one namespace (spec_checkpoint_decision).
+"""`DecisionStore`: the checkpoint decision store of one namespace
+(docs/protocols/checkpoint-decisions.md).
 
 Construction performs no I/O. Every operation first loads (or creates) the deployment identity.
 The operations live in one module each; this class holds the instance state and names them.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Unpack
 
 from laminar_cluster.checkpoint import (
     allocate,
@@ -28,13 +30,12 @@ from laminar_cluster.checkpoint import (
     witness,
 )
 from laminar_cluster.checkpoint.context import DecisionContext, namespace_lock
+from laminar_cluster.checkpoint.outcome import OutcomeRequest
 from laminar_cluster.checkpoint.records import (
     AllocatorMode,
     CheckpointAttempt,
     CheckpointOutcome,
-    CheckpointScope,
     CheckpointSinkOpenWitness,
-    CheckpointVerdict,
     ClusterRecoveryCapsule,
     PipelineIdentity,
     RecordOutcomeResult,
@@ -43,7 +44,6 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.checkpoint.retention import OutcomeRetentionBoundary
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import StoreUnavailable
-from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.store import ObjectStore
 
 
@@ -122,51 +122,14 @@ class DecisionStore:
 
     # outcomes
 
-    async def record_outcome(
-        self,
-        *,
-        epoch: int,
-        checkpoint_id: int,
-        scope: CheckpointScope,
-        verdict: CheckpointVerdict,
-        assignment_fence: CheckpointAssignmentFence | None = None,
-        leader_proof: LeaderProof | None = None,
-        recovery_capsule: RecoveryCapsuleRef | None = None,
-    ) -> RecordOutcomeResult:
-        return await outcome.record_outcome(
-            self.ctx,
-            epoch=epoch,
-            checkpoint_id=checkpoint_id,
-            scope=scope,
-            verdict=verdict,
-            assignment_fence=assignment_fence,
-            leader_proof=leader_proof,
-            recovery_capsule=recovery_capsule,
-        )
+    async def record_outcome(self, **request: Unpack[OutcomeRequest]) -> RecordOutcomeResult:
+        """Create the one local outcome of an epoch, or report the durable winner (CD §4.4)."""
+        return await outcome.record_outcome(self.ctx, **request)
 
-    async def canonical_outcome(
-        self,
-        *,
-        epoch: int,
-        checkpoint_id: int,
-        scope: CheckpointScope,
-        verdict: CheckpointVerdict,
-        assignment_fence: CheckpointAssignmentFence | None = None,
-        leader_proof: LeaderProof | None = None,
-        recovery_capsule: RecoveryCapsuleRef | None = None,
-    ) -> CheckpointOutcome:
+    async def canonical_outcome(self, **request: Unpack[OutcomeRequest]) -> CheckpointOutcome:
         """A validated outcome of this deployment (the leader authority builds cluster outcomes
         with this, and stores them in its own log)."""
-        return await outcome.canonical_outcome(
-            self.ctx,
-            epoch=epoch,
-            checkpoint_id=checkpoint_id,
-            scope=scope,
-            verdict=verdict,
-            assignment_fence=assignment_fence,
-            leader_proof=leader_proof,
-            recovery_capsule=recovery_capsule,
-        )
+        return await outcome.canonical_outcome(self.ctx, **request)
 
     async def outcome(self, epoch: int) -> CheckpointOutcome | None:
         """The outcome of `epoch`; None means unresolved or compacted, never abort."""

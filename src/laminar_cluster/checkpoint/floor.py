@@ -1,9 +1,10 @@
-"""The outcome GC floor: reading it and its compare-and-swap (spec §3.7, §4.8 "Floor CAS", §5 S8).
+"""The outcome GC floor: reading it and its compare-and-swap (CD §3.7, CD §4.8 "Floor CAS", CD §5
+CD-7).
 
 The floor is the one mutable, monotone record of retention: `checkpoint-outcome-gc/
-deployment={uuid}/floor`. It is read with the bounded read of §2.5 (at most MAX_FLOOR_BYTES; in
+deployment={uuid}/floor`. It is read with the bounded read of CD §2.5 (at most MAX_FLOOR_BYTES; in
 NativeCas mode the version read must carry a CAS token), decoded canonically and validated
-against the current deployment (§3.7). It is written by create, then by update-if-match; a
+against the current deployment (CD §3.7). It is written by create, then by update-if-match; a
 local-mode store that cannot update conditionally gets a read-compare-overwrite under the
 process-wide namespace lock instead.
 
@@ -98,14 +99,14 @@ def decode_control_record(
 
 
 async def read_floor(ctx: DecisionContext) -> Loaded[OutcomeGcFloor] | None:
-    """The current deployment's floor with the metadata of the version read, or None (§3.7)."""
+    """The current deployment's floor with the metadata of the version read, or None (CD §3.7)."""
     deployment_id = await load_or_create_deployment_id(ctx)
     key = floor_path(deployment_id)
     read = await read_bytes(ctx.store, key, what=FLOOR_WHAT, max_bytes=MAX_FLOOR_BYTES)
     if read is None:
         return None
     body, meta = read
-    # S13: a shared store must really support CAS, so the version read must be nameable.
+    # CD-12: a shared store must really support CAS, so the version read must be nameable.
     if ctx.native_cas and meta.e_tag is None and meta.version is None:
         raise CorruptRecord(
             f"{key}: {FLOOR_WHAT} has neither an ETag nor an object version for CAS", key=key
@@ -134,7 +135,7 @@ async def read_floor(ctx: DecisionContext) -> Loaded[OutcomeGcFloor] | None:
 
 
 async def current_floor(ctx: DecisionContext) -> OutcomeGcFloor | None:
-    """The current deployment's floor record, or None; floors compare by full value (§4.5)."""
+    """The current deployment's floor record, or None; floors compare by full value (CD §4.5)."""
     loaded = await read_floor(ctx)
     return None if loaded is None else loaded.record
 
@@ -151,11 +152,11 @@ async def compare_and_swap_outcome_gc_floor(
     """Publish `candidate` if the floor is still `expected` (None: if there is no floor yet).
 
     True means a floor at least as high as the candidate is durable (not necessarily ours);
-    False means the CAS lost and the caller rebuilds its candidate from the winner (§4.8).
+    False means the CAS lost and the caller rebuilds its candidate from the winner (CD §4.8).
     """
     key = floor_path(candidate.deployment_id)
     with writing(f"{key}: {FLOOR_WHAT}"):
-        validate_floor(candidate, candidate.deployment_id)  # S8: validated before it is written
+        validate_floor(candidate, candidate.deployment_id)  # CD-7: validated before it is written
     body = encode_checked(candidate, what=f"{key}: {FLOOR_WHAT}", max_bytes=MAX_FLOOR_BYTES)
     mode: PutMode
     if expected is None:
@@ -180,7 +181,7 @@ async def compare_and_swap_outcome_gc_floor(
 
 async def _settle(ctx: DecisionContext, candidate: OutcomeGcFloor, failure: str) -> bool:
     """After a failed floor write: True if a floor at least as high is durable, else Io."""
-    # S8: "a floor at least this high is durable" is the success condition, not "ours landed".
+    # CD-7: "a floor at least this high is durable" is the success condition, not "ours landed".
     current = await read_floor(ctx)
     if current is not None and current.record.before_epoch >= candidate.before_epoch:
         return True
@@ -199,7 +200,7 @@ async def _locked_overwrite(
     body: bytes,
 ) -> bool:
     """Local mode without conditional update: read, compare and overwrite under the namespace
-    lock, which serializes every instance of this process on the namespace (§4.8)."""
+    lock, which serializes every instance of this process on the namespace (CD §4.8)."""
     key = floor_path(candidate.deployment_id)
     lock = ctx.namespace_lock
     if lock is None or ctx.mode is not AllocatorMode.LOCAL_SINGLE_WRITER:
@@ -212,7 +213,7 @@ async def _locked_overwrite(
         if current is None:
             return False
         if current.record.before_epoch >= candidate.before_epoch:
-            return True  # S8: superseded by a floor at least as high
+            return True  # CD-7: superseded by a floor at least as high
         if _token(current) != _token(expected):
             return False
         try:

@@ -1,4 +1,4 @@
-"""Deployment identity: create once, read everywhere (spec §4.2, §3.5).
+"""Deployment identity: create once, read everywhere (CD §4.2, CD §3.5).
 
 Every public operation first loads (or creates) the identity, so even a read on an empty
 namespace creates `identity.json`. Instances sharing a store converge on one id; independent

@@ -1,5 +1,5 @@
-"""Reading outcomes: one raw record, the listing, and the audited inventory (spec §4.4 "Reading
-one raw outcome", §4.6; invariants S7, S9).
+"""Reading outcomes: one raw record, the listing, and the audited inventory (CD §4.4 "Reading
+one raw outcome", CD §4.6; invariants CD-6, CD-8).
 
 * `read_outcome_record(epoch)`: the bounded read of one immutable outcome (no CAS token: it never
   changes), its shape rules, the refusal of a cluster outcome under this prefix, the canonical
@@ -132,7 +132,7 @@ async def _read_listed(ctx: DecisionContext, epoch: int) -> CheckpointOutcome:
 
 
 async def _audit_once(ctx: DecisionContext) -> list[CheckpointOutcome]:
-    """One audit pass: anchors, then live outcomes, between two equal floor reads (§4.6)."""
+    """One audit pass: anchors, then live outcomes, between two equal floor reads (CD §4.6)."""
     floor_before = await current_floor(ctx)
     min_epoch = 0 if floor_before is None else floor_before.before_epoch
     epochs = [epoch for epoch in await list_outcome_epochs(ctx) if epoch >= min_epoch]
@@ -146,7 +146,7 @@ async def _audit_once(ctx: DecisionContext) -> list[CheckpointOutcome]:
     audited.extend(await in_batches(epochs, lambda epoch: _read_listed(ctx, epoch)))
     if await current_floor(ctx) != floor_before:
         raise InventoryChanged("outcome GC floor advanced during outcome inventory")
-    # S7: the durable history (anchors, then live outcomes) is strictly ordered in both fields.
+    # CD-6: the durable history (anchors, then live outcomes) is strictly ordered in both fields.
     for previous, current in itertools.pairwise(audited):
         if current.epoch <= previous.epoch or current.checkpoint_id <= previous.checkpoint_id:
             raise CorruptRecord(
@@ -159,13 +159,13 @@ async def _audit_once(ctx: DecisionContext) -> list[CheckpointOutcome]:
 
 
 async def audited_outcomes(ctx: DecisionContext) -> list[CheckpointOutcome]:
-    """The floor's anchors followed by every live outcome, audited; up to 3 passes (§4.6)."""
+    """The floor's anchors followed by every live outcome, audited; up to 3 passes (CD §4.6)."""
     for attempt in range(1, OUTCOME_READ_ATTEMPTS + 1):
         try:
             return await _audit_once(ctx)
         except InventoryChanged:
             if attempt == OUTCOME_READ_ATTEMPTS:
-                raise  # the last pass's own error (spec §10.4)
+                raise  # the last pass's own error (CD §10.4)
         await ctx.clock.sleep(0)
     raise AssertionError("unreachable: the last pass returns or raises")
 

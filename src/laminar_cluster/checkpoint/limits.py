@@ -1,4 +1,4 @@
-"""Named limits of the checkpoint decision store (spec_checkpoint_decision §2.3, §3)."""
+"""Named limits of the checkpoint decision store (CD §2.3, CD §3)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ U64_MAX: Final = 2**64 - 1
 
 MAX_WITNESS_SINKS: Final = 1_024
 
-# Stability retries of reads that race a concurrent GC floor advance (§4.5, §4.6).
+# Stability retries of reads that race a concurrent GC floor advance (CD §4.5, CD §4.6).
 OUTCOME_READ_ATTEMPTS: Final = 3
-# Capsule GC: locations processed per step, and how many at once (§4.11).
+# Capsule GC: locations processed per step, and how many at once (CD §4.11).
 CAPSULE_GC_BATCH: Final = 64
 CAPSULE_GC_CONCURRENCY: Final = 4
 
-# Bounds this port adds to loops the spec leaves unbounded (§10.2): each also takes a deadline.
+# Bounds this port adds to loops the spec leaves unbounded (CD §10.2): each also takes a deadline.
 ALLOCATION_ATTEMPTS_MAX: Final = 10_000
 PRUNE_PUBLISH_ATTEMPTS_MAX: Final = 1_000
 PRUNE_SWEEP_ROUNDS_MAX: Final = 1_000

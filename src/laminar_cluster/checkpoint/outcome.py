@@ -1,5 +1,5 @@
-"""Immutable terminal outcomes: admission and exact lookup (spec §3.3, §3.4, §4.4, §4.5;
-invariants S4, S5, S6, S9).
+"""Immutable terminal outcomes: admission and exact lookup (CD §3.3, CD §3.4, CD §4.4, CD §4.5;
+invariants CD-4, CD-14, CD-8).
 
 * `canonical_outcome`: a validated version-2 outcome of this deployment (the leader authority
   builds cluster outcomes with it and stores them in its own log).
@@ -14,6 +14,8 @@ is re-exported here, where the facade looks for it.
 """
 
 from __future__ import annotations
+
+from typing import Required, TypedDict, Unpack
 
 from laminar_cluster.checkpoint import capsule
 from laminar_cluster.checkpoint.context import DecisionContext
@@ -56,6 +58,7 @@ from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.store import CREATE
 
 __all__ = [
+    "OutcomeRequest",
     "audited_outcomes",
     "canonical_outcome",
     "highest_terminal_outcome",
@@ -69,34 +72,42 @@ __all__ = [
 OUTCOME_WHAT = "checkpoint outcome"
 
 
-async def canonical_outcome(
-    ctx: DecisionContext,
-    *,
-    epoch: int,
-    checkpoint_id: int,
-    scope: CheckpointScope,
-    verdict: CheckpointVerdict,
-    assignment_fence: CheckpointAssignmentFence | None,
-    leader_proof: LeaderProof | None,
-    recovery_capsule: RecoveryCapsuleRef | None,
-) -> CheckpointOutcome:
-    """A version-2 outcome of the current deployment, validated (§3.3); InvalidArgument if not.
+class OutcomeRequest(TypedDict, total=False):
+    """The outcome a caller proposes (keyword arguments of `canonical_outcome` and
+    `record_outcome`): the attempt, its scope and verdict, and for a cluster outcome the fence,
+    the leader proof and (for a Commit) the recovery capsule."""
 
-    With a capsule reference the capsule is loaded and must match (§4.10); a local outcome
+    epoch: Required[int]
+    checkpoint_id: Required[int]
+    scope: Required[CheckpointScope]
+    verdict: Required[CheckpointVerdict]
+    assignment_fence: CheckpointAssignmentFence | None
+    leader_proof: LeaderProof | None
+    recovery_capsule: RecoveryCapsuleRef | None
+
+
+async def canonical_outcome(
+    ctx: DecisionContext, **request: Unpack[OutcomeRequest]
+) -> CheckpointOutcome:
+    """A version-2 outcome of the current deployment, validated (CD §3.3); InvalidArgument if not.
+
+    With a capsule reference the capsule is loaded and must match (CD §4.10); a local outcome
     carrying one fails the shape rules first, before any capsule I/O.
     """
+    epoch = request["epoch"]
     check_epoch(epoch)
-    check_epoch(checkpoint_id, "checkpoint_id")
+    check_epoch(request["checkpoint_id"], "checkpoint_id")
+    recovery_capsule = request.get("recovery_capsule")
     candidate = CheckpointOutcome(
         version=2,
-        scope=scope,
+        scope=request["scope"],
         epoch=epoch,
-        checkpoint_id=checkpoint_id,
+        checkpoint_id=request["checkpoint_id"],
         deployment_id=await load_or_create_deployment_id(ctx),
-        assignment_fence=assignment_fence,
-        leader_proof=leader_proof,
+        assignment_fence=request.get("assignment_fence"),
+        leader_proof=request.get("leader_proof"),
         recovery_capsule=recovery_capsule,
-        verdict=verdict,
+        verdict=request["verdict"],
     )
     what = f"{outcome_path(epoch)}: {OUTCOME_WHAT}"
     # Types and size first: a value that does not survive its own encoding is never compared.
@@ -109,41 +120,24 @@ async def canonical_outcome(
 
 
 async def record_outcome(
-    ctx: DecisionContext,
-    *,
-    epoch: int,
-    checkpoint_id: int,
-    scope: CheckpointScope,
-    verdict: CheckpointVerdict,
-    assignment_fence: CheckpointAssignmentFence | None,
-    leader_proof: LeaderProof | None,
-    recovery_capsule: RecoveryCapsuleRef | None,
+    ctx: DecisionContext, **request: Unpack[OutcomeRequest]
 ) -> RecordOutcomeResult:
-    """Create the one local outcome of `epoch`, or report the durable winner (§4.4)."""
-    if scope is CheckpointScope.CLUSTER:
+    """Create the one local outcome of `epoch`, or report the durable winner (CD §4.4)."""
+    if request["scope"] is CheckpointScope.CLUSTER:
         raise InvalidArgument(
             "cluster outcomes must be admitted through the shared leader authority"
         )
-    candidate = await canonical_outcome(
-        ctx,
-        epoch=epoch,
-        checkpoint_id=checkpoint_id,
-        scope=scope,
-        verdict=verdict,
-        assignment_fence=assignment_fence,
-        leader_proof=leader_proof,
-        recovery_capsule=recovery_capsule,
-    )
+    candidate = await canonical_outcome(ctx, **request)
     await _ensure_not_tombstoned(ctx, candidate)
     result = await _create_outcome(ctx, candidate)
-    # S9: a floor published while the create was in flight wins; the raw object it may have left
+    # CD-8: a floor published while the create was in flight wins; the raw object it may have left
     # is inert (readers ignore it below the floor) and a later sweep deletes it.
     await _ensure_not_tombstoned(ctx, candidate)
     return result
 
 
 async def _ensure_not_tombstoned(ctx: DecisionContext, candidate: CheckpointOutcome) -> None:
-    # S9: nothing is admitted below the durable GC floor.
+    # CD-8: nothing is admitted below the durable GC floor.
     floor = await current_floor(ctx)
     if floor is not None and candidate.epoch < floor.before_epoch:
         raise Refused(
@@ -158,7 +152,7 @@ async def _create_outcome(
     key = outcome_path(candidate.epoch)
     body = encode_checked(candidate, what=f"{key}: {OUTCOME_WHAT}", max_bytes=MAX_OUTCOME_BYTES)
     try:
-        # S4: outcome paths are only ever written by create; there is no overwrite path.
+        # CD-4: outcome paths are only ever written by create; there is no overwrite path.
         await ctx.store.put(key, body, CREATE)
     except (StoreError, StoreUnavailable, WriteOutcomeUnknown) as error:
         failure = error
@@ -167,7 +161,7 @@ async def _create_outcome(
     # The answer may be ambiguous (a lost success, S3's 409 without a write): read the key.
     winner = await read_outcome_record(ctx, candidate.epoch)
     if winner is not None:
-        # S5, S6: one verdict per epoch; an identical retry is harmless.
+        # CD-4, CD-14: one verdict per epoch; an identical retry is harmless.
         return Unchanged(winner) if winner == candidate else Conflict(winner)
     if isinstance(failure, ObjectAlreadyExists | PreconditionFailed):
         # Retryable, not corrupt: S3 answers 409 ConditionalRequestConflict without writing, and
@@ -182,12 +176,12 @@ async def _create_outcome(
 
 
 async def outcome(ctx: DecisionContext, epoch: int) -> CheckpointOutcome | None:
-    """The live outcome of `epoch`; None means unresolved or compacted, never abort (§4.5)."""
+    """The live outcome of `epoch`; None means unresolved or compacted, never abort (CD §4.5)."""
     check_epoch(epoch)
     for _ in range(OUTCOME_READ_ATTEMPTS):
         floor_before = await current_floor(ctx)
         if floor_before is not None and epoch < floor_before.before_epoch:
-            # S9: tombstoned, even if the raw object still exists.
+            # CD-8: tombstoned, even if the raw object still exists.
             if await current_floor(ctx) == floor_before:
                 return None
         else:

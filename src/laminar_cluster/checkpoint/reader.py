@@ -1,4 +1,4 @@
-"""The bounded control-record read every record read goes through (spec §2.5).
+"""The bounded control-record read every record read goes through (CD §2.5).
 
 1. GET at most `max_bytes + 1` bytes: an unbounded body is never requested.
 2. An advertised size over the maximum is refused ("maximum is") before any parsing.

@@ -1,4 +1,4 @@
-"""Durable records of the checkpoint decision store (spec_checkpoint_decision §3).
+"""Durable records of the checkpoint decision store (CD §3).
 
 Field order is JSON key order (canonical family A), except the recovery capsule, whose keys are
 sorted (family B). UUIDs are strings checked by `codec.shape.canonical_uuid` (lowercase,

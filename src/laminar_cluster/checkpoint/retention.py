@@ -1,5 +1,5 @@
-"""Retention: the outcome GC floor's horizon and boundary, and pruning (spec §3.7, §4.7, §4.8;
-invariants S8, S9).
+"""Retention: the outcome GC floor's horizon and boundary, and pruning (CD §3.7, CD §4.7, CD §4.8;
+invariants CD-7, CD-8).
 
 `prune_outcomes_before(before)` runs two phases:
 
@@ -57,7 +57,7 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class OutcomeRetentionBoundary:
-    """Not persisted: the floor's horizon and its anchors' coordinates (spec §3.7)."""
+    """Not persisted: the floor's horizon and its anchors' coordinates (CD §3.7)."""
 
     before_epoch: int
     committed_checkpoint_id: int | None
@@ -84,7 +84,7 @@ async def outcome_retention_boundary(ctx: DecisionContext) -> OutcomeRetentionBo
 
 
 async def prune_outcomes_before(ctx: DecisionContext, before: int, *, deadline: float) -> int:
-    """Tombstone every outcome below `before`; the effective horizon (>= `before`) (§4.8)."""
+    """Tombstone every outcome below `before`; the effective horizon (>= `before`) (CD §4.8)."""
     check_epoch(before, "before")
     if before == 0:
         return await outcome_gc_floor_horizon(ctx)
@@ -110,13 +110,13 @@ async def _publish(ctx: DecisionContext, before: int, *, deadline: float) -> Non
         _check_deadline(ctx, deadline, before, "publication")
         observed = await read_floor(ctx)
         if observed is not None and observed.record.before_epoch >= before:
-            return  # S8: already durable (perhaps published by us before a crash): sweep again
+            return  # CD-7: already durable (perhaps published by us before a crash): sweep again
         try:
             audited = await audited_outcomes(ctx)
         except InventoryChanged:
             await ctx.clock.sleep(0)
             continue
-        # S8: the floor never strands recovery: a live commit at or above it must remain.
+        # CD-7: the floor never strands recovery: a live commit at or above it must remain.
         if not any(outcome.epoch >= before and outcome.is_commit() for outcome in audited):
             raise Refused(
                 f"{floor_path(deployment_id)}: cannot advance outcome GC floor to {before}: "
@@ -134,7 +134,7 @@ async def _publish(ctx: DecisionContext, before: int, *, deadline: float) -> Non
         )
         if await compare_and_swap_outcome_gc_floor(ctx, candidate, observed):
             return
-        # S8: lost the CAS: rebuild from the winner, never reuse this candidate.
+        # CD-7: lost the CAS: rebuild from the winner, never reuse this candidate.
         await ctx.clock.sleep(0)
     raise InventoryChanged(
         f"outcome prune to {before}: the floor or the inventory kept changing through "
@@ -151,14 +151,14 @@ async def _sweep(ctx: DecisionContext, before: int, *, deadline: float) -> int:
         if effective is None:
             raise InventoryChanged("outcome GC floor disappeared immediately after publication")
         if effective.before_epoch < before or effective.before_epoch < swept:
-            # S8: the floor is monotone; a lower one is someone else's corruption or a reset.
+            # CD-7: the floor is monotone; a lower one is someone else's corruption or a reset.
             raise InventoryChanged(
                 f"outcome GC floor regressed to {effective.before_epoch} after publishing "
                 f"{max(before, swept)}"
             )
         if effective.before_epoch > swept:
             horizon = effective.before_epoch
-            # S9: only below a durable floor; readers already ignore these objects.
+            # CD-8: only below a durable floor; readers already ignore these objects.
             doomed = [epoch for epoch in await list_outcome_epochs(ctx) if epoch < horizon]
             await in_batches(doomed, lambda epoch: _delete_outcome(ctx, epoch))
             swept = horizon

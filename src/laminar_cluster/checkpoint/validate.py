@@ -1,4 +1,4 @@
-"""Validation rules of every checkpoint record (spec_checkpoint_decision §3), run on encode and
+"""Validation rules of every checkpoint record (CD §3), run on encode and
 decode.
 
 Each rule raises `codec.shape.ShapeViolation` with the spec's message substring; `reading` and
@@ -52,7 +52,7 @@ def validate_identity(identity: DeploymentIdentity) -> None:
 
 
 def validate_outcome_shape(outcome: CheckpointOutcome, path_epoch: int) -> None:
-    """§3.3, in the spec's order."""
+    """CD §3.3, in the spec's order."""
     if outcome.epoch == 0 or outcome.epoch != path_epoch:
         raise ShapeViolation(
             f"outcome path epoch {path_epoch} does not match non-zero payload epoch {outcome.epoch}"
@@ -132,7 +132,7 @@ def validate_capsule_ref(ref: RecoveryCapsuleRef) -> None:
 
 
 def validate_floor(floor: OutcomeGcFloor, deployment_id: str) -> None:
-    """§3.7: version, horizon and deployment; each anchor's rules; the anchors' relation."""
+    """CD §3.7: version, horizon and deployment; each anchor's rules; the anchors' relation."""
     if floor.before_epoch == 0 or floor.deployment_id != deployment_id:
         raise ShapeViolation(
             "outcome GC floor does not match its canonical path, deployment, and version"

@@ -1,4 +1,4 @@
-"""The sink-open witness (spec_checkpoint_decision §3.8, §4.9; invariant S11).
+"""The sink-open witness (CD §3.8, CD §4.9; invariant CD-10).
 
 One singleton slot, `checkpoint-sink-open-witness/witness.json`, says "these exactly-once sinks
 may have an open external transaction for this attempt". It is opened before any external begin
@@ -101,7 +101,7 @@ async def create_sink_open_witness(
         validate_witness(candidate)
     open_slot = Slot(version=WITNESS_SLOT_VERSION, state=WitnessOpen(witness=candidate))
     body = _encode(open_slot)
-    # S11: an accepted open always has room for its mandatory close tombstone.
+    # CD-10: an accepted open always has room for its mandatory close tombstone.
     _encode(_closed_slot(ctx, candidate))
     async with _rmw_lock(ctx):
         return await _open(ctx, candidate, open_slot, body)
@@ -134,7 +134,7 @@ async def _open(
         prior = current.record
         _check_deployment(prior, candidate.deployment_id)
         state = prior.state
-        # S11: at most one open witness; a proposal never adopts another proposal's slot.
+        # CD-10: at most one open witness; a proposal never adopts another proposal's slot.
         if isinstance(state, WitnessOpen):
             raise Refused(_conflicting(checkpoint_id, state.witness))
         if state.witness.attempt.checkpoint_id >= checkpoint_id:
@@ -163,7 +163,7 @@ async def _open(
             f"the slot is absent: {put_error}"
         )
     _check_deployment(observed.record, candidate.deployment_id)
-    # S11: only our exact create_token proves that an ambiguous open landed.
+    # CD-10: only our exact create_token proves that an ambiguous open landed.
     if observed.record == open_slot:
         return candidate
     if not conditional and prior is not None and observed.record == prior:
@@ -216,7 +216,7 @@ async def _close(ctx: DecisionContext, expected: CheckpointSinkOpenWitness) -> N
         )
     # Closed with our witness (another close token) is an equivalent close. Any other valid
     # generation can only follow a successful close of ours, and a stale conditional write
-    # cannot touch it: its token is old (S11).
+    # cannot touch it: its token is old (CD-10).
 
 
 async def _read_slot(ctx: DecisionContext) -> Loaded[Slot] | None:
@@ -227,7 +227,7 @@ async def _read_slot(ctx: DecisionContext) -> Loaded[Slot] | None:
         Slot,
         what=_WHAT,
         max_bytes=MAX_WITNESS_SLOT_BYTES,
-        require_token=ctx.native_cas,  # S13: a shared slot must carry a CAS token
+        require_token=ctx.native_cas,  # CD-12: a shared slot must carry a CAS token
     )
     if loaded is not None:
         with reading(WITNESS_PATH):

@@ -1,9 +1,9 @@
-"""Whether this process may contend for leadership (spec_leader_lease §3.10, S9).
+"""Whether this process may contend for leadership (LA §3.10, LA-9).
 
 `LeaderCandidacy` is `{eligible, generation}`: the generation starts at 1 and increments on
 every eligible → ineligible transition. A watcher that sees a changed generation knows a grant
 was lost, even if coalesced updates show "eligible" again by the time it looks: the lease
-manager then drops its token and begins a new term (S9: a token is never reused after the
+manager then drops its token and begins a new term (LA-9: a token is never reused after the
 grant was withdrawn).
 
 `CandidacyWatch` is the channel between whoever decides eligibility (membership, an operator)

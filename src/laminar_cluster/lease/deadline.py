@@ -1,17 +1,17 @@
-"""The process-local monotonic gate of a leader grant (spec_leader_lease §4.9.2, §8.3).
+"""The process-local monotonic gate of a leader grant (LA §4.9.2, LA §8.3).
 
 `LeaseDeadline` says whether this process may act as leader *now*, judged only on the
-injected Clock's monotonic time (spec §6: wall clocks never decide validity). The lease manager
+injected Clock's monotonic time (LA §6: wall clocks never decide validity). The lease manager
 extends it after each successful renewal to the instant anchored at the *start* of that
-attempt (S8), withdraws it on candidacy loss or a rival's hold, and fences it terminally on
+attempt (LA-8), withdraws it on candidacy loss or a rival's hold, and fences it terminally on
 shutdown, a missed renewal, a late response or durable fencing. Hot paths read `is_live()`
 (together with the exact proof, `lease_grants_proof`).
 
 Two rules are easy to lose and are kept here:
 
 * an already-passed deadline is never resurrected: extending a grant whose deadline has
-  passed terminalises it instead (S8: a grant that lapsed may have been taken over);
-* `withdraw()` is not terminal (the manager may contend again, always with a new token, S9),
+  passed terminalises it instead (LA-8: a grant that lapsed may have been taken over);
+* `withdraw()` is not terminal (the manager may contend again, always with a new token, LA-9),
   `fence()` is.
 
 Waiters of `wait_until_expired()` and `wait_changed()` wake on every transition through an
@@ -77,7 +77,7 @@ class LeaseDeadline:
 
         An instant not after this deadline's creation (or not a number) fences. If the current
         grant exists and has already passed, the call terminalises instead of extending: a
-        naturally expired grant is never resurrected (S8).
+        naturally expired grant is never resurrected (LA-8).
         """
         if math.isnan(valid_until) or valid_until <= self._origin:
             self.fence()

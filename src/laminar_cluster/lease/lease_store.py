@@ -1,8 +1,8 @@
-"""`LeaderLeaseStore`: the leader authority's facade (spec_leader_lease §4.2, §4.3, §8.9).
+"""`LeaderLeaseStore`: the leader authority's facade (LA §4.2, LA §4.3, LA §8.9).
 
-Thin on purpose: reads and appends live in `lease.log` (§4.1), lease operations in
-`lease.term` (§4.3); decision modules add their methods next to these, delegating the same way.
-No validation at construction: the ttl is checked on every operation (§4.3). The wall clock
+Thin on purpose: reads and appends live in `lease.log` (LA §4.1), lease operations in
+`lease.term` (LA §4.3); decision modules add their methods next to these, delegating the same way.
+No validation at construction: the ttl is checked on every operation (LA §4.3). The wall clock
 only fills the diagnostic `expires_at_ms`; every validity question uses the monotonic clock.
 """
 
@@ -48,13 +48,13 @@ class LeaderLeaseStore:
         self.clock = clock
         self.ttl_s = ttl_s
         # The checkpoint decision store of the same namespace: deployment identity, canonical
-        # cluster outcomes and recovery capsules (spec §8.5). Decision operations require it.
+        # cluster outcomes and recovery capsules (LA §8.5). Decision operations require it.
         self.decisions = decisions
         # The head this process last published: lets a renewal skip the head reads.
         self.head_cache = log.HeadCache()
-        # Called after every successful append (§4.8.1); the prune scheduler installs itself.
+        # Called after every successful append (LA §4.8.1); the prune scheduler installs itself.
         self.prune_hook: Callable[[], None] | None = None
-        # S22's admission bound on live Commit links (§4.4.1 step 5). The spec fixes it at
+        # LA-21's admission bound on live Commit links (LA §4.4.1 step 5). The spec fixes it at
         # MAX_LIVE_AUTHORITY_LINKS; a lower value only lets tests reach it with few checkpoints.
         self.live_commit_links_max = live_commit_links_max
 
@@ -64,7 +64,7 @@ class LeaderLeaseStore:
         return self.decisions
 
     def schedule_prune(self) -> None:
-        """Ask for a background history prune (§4.8.1); a failing hook is only logged."""
+        """Ask for a background history prune (LA §4.8.1); a failing hook is only logged."""
         log.schedule_prune(self.prune_hook)
 
     def context(self) -> term.TermContext:
@@ -78,7 +78,8 @@ class LeaderLeaseStore:
         )
 
     async def verify_store_contract(self, timeout_s: float) -> None:
-        """Refuse a store without atomic create, native CAS or read-after-delete (§4.2, S23)."""
+        """Refuse a store without atomic create, native CAS or read-after-delete (LA §4.2,
+        LA-12)."""
         await verify_store_contract(self.store, self.clock, timeout_s=timeout_s)
 
     async def load(self) -> LeaderLease | None:
@@ -98,7 +99,7 @@ class LeaderLeaseStore:
     async def append(
         self, expected_head: PublishedHead | None, candidate: LeaderAuthorityRecord
     ) -> AppendOutcome:
-        """Append `candidate` right after `expected_head` (§4.1.6), scheduling a prune."""
+        """Append `candidate` right after `expected_head` (LA §4.1.6), scheduling a prune."""
         self.head_cache.clear()
         outcome = await log.append(
             self.store, self.clock, expected_head, candidate, on_appended=self.prune_hook
@@ -108,7 +109,7 @@ class LeaderLeaseStore:
         return outcome
 
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
-        """Acquire an empty namespace or rotate our own token; `Held` on a rival (§4.3.1)."""
+        """Acquire an empty namespace or rotate our own token; `Held` on a rival (LA §4.3.1)."""
         return await term.begin_new_term(
             self.context(), owner, now_ms=self.clock.wall_ms(), deadline=deadline
         )
@@ -116,19 +117,19 @@ class LeaderLeaseStore:
     async def renew_exact(
         self, owner: LeaderLeaseOwner, token: int, *, deadline: float
     ) -> LeaseOutcome:
-        """Renew exactly the term `token`; raises Fenced otherwise (§4.3.2)."""
+        """Renew exactly the term `token`; raises Fenced otherwise (LA §4.3.2)."""
         return await term.renew_exact(
             self.context(), owner, token, now_ms=self.clock.wall_ms(), deadline=deadline
         )
 
     def observe_rival(self, owner: LeaderLeaseOwner, lease: LeaderLease) -> LeaderLeaseObservation:
-        """Start observing a rival's liveness identity now, on the monotonic clock (§4.3.3)."""
+        """Start observing a rival's liveness identity now, on the monotonic clock (LA §4.3.3)."""
         return term.observe_rival(self.context(), owner, lease)
 
     async def try_takeover(
         self, owner: LeaderLeaseOwner, observation: LeaderLeaseObservation, *, deadline: float
     ) -> LeaseOutcome:
-        """Take over after a full-ttl observation of an unchanged rival (§4.3.4)."""
+        """Take over after a full-ttl observation of an unchanged rival (LA §4.3.4)."""
         return await term.try_takeover(
             self.context(), owner, observation, now_ms=self.clock.wall_ms(), deadline=deadline
         )

@@ -1,4 +1,4 @@
-"""Named limits of the leader authority (spec_leader_lease §2.2)."""
+"""Named limits of the leader authority (LA §2.2)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ MAX_CATALOG_ENTRIES: Final = 4_096
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_RENEW_INTERVAL_S: Final = 2.0
 
-# Bounds this port adds to the spec's unbounded mutator loops (§6, §11.5); each also takes a
+# Bounds this port adds to the spec's unbounded mutator loops (LA §6, LA §11.5); each also takes a
 # caller deadline.
 AUTHORITY_MUTATION_ATTEMPTS_MAX: Final = 1_000

@@ -1,12 +1,12 @@
-"""The authority log: create-only records, the head pointer, and append (spec_leader_lease §1.3,
-§1.4, §2, §4.1; invariants S1-S3, S21-S23).
+"""The authority log: create-only records, the head pointer, and append (LA §1.3,
+LA §1.4, LA §2, LA §4.1; invariants LA-1 to LA-3, LA-11, LA-21, LA-12).
 
-Records `control/leader-lease/v{seq:016}.json` are written once with Create (S1). The pointer
+Records `control/leader-lease/v{seq:016}.json` are written once with Create (LA-1). The pointer
 `control/leader-lease-head/v1.json` is created once, then moved only by Update(e_tag/version) to
 the exact successor, with a fresh random nonce in every body so no two publications share bytes
-or an e_tag (S2, no ABA). A created record is committed the moment it exists: readers probe S+1
-and repair the pointer (S3). Reads check the size from metadata before decoding, then decode
-strictly, validate and require canonical bytes (S21). Ambiguous writes are settled by reading
+or an e_tag (LA-2, no ABA). A created record is committed the moment it exists: readers probe S+1
+and repair the pointer (LA-3). Reads check the size from metadata before decoding, then decode
+strictly, validate and require canonical bytes (LA-11). Ambiguous writes are settled by reading
 back the exact key. Errors: spec `Io` -> StoreUnavailable; `Invalid`/`Json` about durable state
 -> CorruptRecord naming the object; about the request -> InvalidArgument. Races are values.
 """
@@ -56,8 +56,8 @@ from laminar_cluster.store import CREATE, GetResult, IfMatch, ObjectStore, PutMo
 _log: Final = logging.getLogger(__name__)
 _Record = LeaderAuthorityRecord | None
 
-# Write errors after which the outcome must be settled by reading back (spec §4.1.3 step 4,
-# §4.1.6 step 4): definite refusals, unsupported modes, lost responses, failed requests.
+# Write errors after which the outcome must be settled by reading back (LA §4.1.3 step 4,
+# LA §4.1.6 step 4): definite refusals, unsupported modes, lost responses, failed requests.
 _WRITE_ERRORS: Final = (StoreError, StoreUnavailable, WriteOutcomeUnknown)
 
 
@@ -82,17 +82,17 @@ class HeadCache:
 
 
 def new_pointer(clock: Clock, sequence: int) -> AuthorityHeadPointer:
-    """A pointer body for `sequence` with a fresh random nonce (spec §2.3; never reused)."""
+    """A pointer body for `sequence` with a fresh random nonce (LA §2.3; never reused)."""
     return AuthorityHeadPointer(
         version=AUTHORITY_HEAD_VERSION, sequence=sequence, nonce=str(clock.uuid4())
     )
 
 
 async def read_record(store: ObjectStore, seq: int) -> LeaderAuthorityRecord | None:
-    """Record `seq`, or None if absent (§4.1.1). Corrupt bytes raise CorruptRecord (S21)."""
+    """Record `seq`, or None if absent (LA §4.1.1). Corrupt bytes raise CorruptRecord (LA-11)."""
     key = record_path(seq)
     got = await _bounded_get(store, key, MAX_AUTHORITY_RECORD_BYTES, "leader authority record")
-    # S1, S21: strict decode, full validation, path seq == body seq, canonical bytes.
+    # LA-1, LA-11: strict decode, full validation, path seq == body seq, canonical bytes.
     return None if got is None else decode_record(got.body, key, seq)
 
 
@@ -105,7 +105,7 @@ async def read_record_from(
 
 
 async def read_pointer(store: ObjectStore) -> VersionedPointer | None:
-    """The head pointer with its update version, or None if absent (§4.1.2)."""
+    """The head pointer with its update version, or None if absent (LA §4.1.2)."""
     got = await _bounded_get(store, HEAD_PATH, MAX_AUTHORITY_HEAD_BYTES, "leader authority head")
     if got is None:
         return None
@@ -114,7 +114,7 @@ async def read_pointer(store: ObjectStore) -> VersionedPointer | None:
 
 
 async def _bounded_get(store: ObjectStore, key: str, max_bytes: int, what: str) -> GetResult | None:
-    """GET at most max_bytes+1 bytes; None if absent. S21: the size from metadata is checked
+    """GET at most max_bytes+1 bytes; None if absent. LA-11: the size from metadata is checked
     before the body is decoded."""
     try:
         got = await store.get(key, end=max_bytes + 1)
@@ -132,7 +132,7 @@ async def publish_pointer(
     store: ObjectStore, clock: Clock, target_seq: int, expected: VersionedPointer | None
 ) -> int:
     """Publish `target_seq` (Create when `expected` is None, else Update(expected) to exactly
-    expected+1) and return the sequence the pointer durably names afterwards (§4.1.3).
+    expected+1) and return the sequence the pointer durably names afterwards (LA §4.1.3).
 
     The result can be larger than `target_seq` when someone else published past it.
     """
@@ -143,13 +143,13 @@ async def publish_pointer(
 
 def _update_mode(expected: VersionedPointer, target_seq: int) -> IfMatch:
     """The update-if-match that moves the pointer from `expected` to `target_seq`."""
-    # S2: the pointer only ever moves to the exact successor of what was read.
+    # LA-2: the pointer only ever moves to the exact successor of what was read.
     if expected.sequence + 1 != target_seq:
         raise InvalidArgument(
             f"{HEAD_PATH}: leader authority head update is not the exact successor "
             f"({expected.sequence} -> {target_seq})"
         )
-    # S23: no native compare-and-swap token means no safe update.
+    # LA-12: no native compare-and-swap token means no safe update.
     if expected.e_tag is None and expected.version is None:
         raise CorruptRecord(
             f"{HEAD_PATH}: leader authority store did not provide a native conditional "
@@ -181,14 +181,14 @@ async def _publish_pointer(
 async def _reconcile_pointer(
     store: ObjectStore, target_seq: int, expected: VersionedPointer | None, error: Exception
 ) -> int:
-    """§4.1.3 step 4: settle a failed pointer write by reading the pointer back."""
+    """LA §4.1.3 step 4: settle a failed pointer write by reading the pointer back."""
     current = await read_pointer(store)
     if current is None:
         raise StoreUnavailable(
             f"{HEAD_PATH}: leader authority head write failed ({error}) and no pointer was durable"
         )
     if expected is not None and current.sequence < expected.sequence:
-        raise CorruptRecord(  # S2
+        raise CorruptRecord(  # LA-2
             f"{HEAD_PATH}: leader authority head regressed from sequence {expected.sequence} "
             f"to {current.sequence}",
             key=HEAD_PATH,
@@ -208,7 +208,7 @@ async def _reconcile_pointer(
 
 
 async def load_published_head(store: ObjectStore, clock: Clock) -> PublishedHead | None:
-    """The published head after successor repair, or None for an empty namespace (§4.1.4).
+    """The published head after successor repair, or None for an empty namespace (LA §4.1.4).
 
     At most MAX_LEASE_HEAD_READ_ATTEMPTS attempts; the healthy path is one pointer GET and two
     concurrent record GETs, with no LIST and no PUT.
@@ -241,16 +241,16 @@ async def _bootstrap(store: ObjectStore, clock: Clock) -> bool:
 
 
 async def discover_head(store: ObjectStore) -> LeaderAuthorityRecord | None:
-    """The record with the largest sequence, found by one bounded LIST (§4.1.5; bootstrap and
+    """The record with the largest sequence, found by one bounded LIST (LA §4.1.5; bootstrap and
     migration only, never on the healthy path)."""
     entries = await store.list(RECORDS_PREFIX, limit=MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS + 1)
-    if len(entries) > MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS:  # S22
+    if len(entries) > MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS:  # LA-21
         raise CorruptRecord(
             f"{RECORDS_PREFIX}: leader authority head discovery exceeds the fixed "
             f"{MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS}-record bound",
             key=RECORDS_PREFIX,
         )
-    # S21: a stray or non-canonical path under the prefix fails closed.
+    # LA-11: a stray or non-canonical path under the prefix fails closed.
     sequences = [parse_record_path(entry.key) for entry in entries]
     if not sequences:
         return None
@@ -280,7 +280,7 @@ async def _read_at_pointer(
         return None  # the pointer moved past a pruned target
     if successor is None:
         return PublishedHead(record=record, pointer=pointer)
-    # S3: a writer creates S+2 only after the pointer reached S+1, so S+2 with the pointer still
+    # LA-3: a writer creates S+2 only after the pointer reached S+1, so S+2 with the pointer still
     # at S is corruption, not lag.
     if seq + 1 < U64_MAX and await read_record(store, seq + 2) is not None:
         await _recheck_pointer(
@@ -322,7 +322,7 @@ async def _settled(read: Awaitable[_Record]) -> _Record | Exception:
 
 async def _recheck_pointer(store: ObjectStore, seq: int, *, while_: str, stayed: str) -> None:
     """Re-read the pointer read at `seq`: return if it moved forward, else fail closed with
-    `stayed` (it did not move), "regressed" (S2) or "disappeared"."""
+    `stayed` (it did not move), "regressed" (LA-2) or "disappeared"."""
     current = await read_pointer(store)
     if current is None:
         raise CorruptRecord(
@@ -346,20 +346,20 @@ async def append(
     *,
     on_appended: Callable[[], None] | None = None,
 ) -> AppendOutcome:
-    """Append `candidate` right after `expected_head` (§4.1.6).
+    """Append `candidate` right after `expected_head` (LA §4.1.6).
 
     `Contended` may be returned although our record is durable (someone published past it
-    before our pointer update): callers re-derive their answer from the winner (§11.1).
-    `on_appended` is where §4.1.6 schedules a prune.
+    before our pointer update): callers re-derive their answer from the winner (LA §11.1).
+    `on_appended` is where LA §4.1.6 schedules a prune.
     """
-    body = encode_record(candidate)  # S21: validated and size-bounded before any write
+    body = encode_record(candidate)  # LA-11: validated and size-bounded before any write
     seq = candidate.lease.seq
     expected_pointer = _expected_pointer(expected_head, candidate)
     if isinstance(expected_pointer, AppendExistingIdentical | AppendContended):
         return expected_pointer  # settled without a write
     key = record_path(seq)
     try:
-        await store.put(key, body, CREATE)  # S1: records are create-only
+        await store.put(key, body, CREATE)  # LA-1: records are create-only
         created = True
     except _WRITE_ERRORS as error:
         # Read the exact key back: the create may have landed despite the error.
@@ -369,7 +369,7 @@ async def append(
                 f"{key}: authority record {seq} write failed ({error}) and no record was durable"
             ) from error
         if durable != candidate:
-            return AppendContended(winner=await _winner(store, clock))
+            return _contended(await _winner(store, clock))
         created = False  # ambiguous success: reported as ExistingIdentical, never Created
     mode: PutMode = CREATE
     if expected_pointer is not None:
@@ -378,7 +378,7 @@ async def append(
     if published > seq:
         if created:
             schedule_prune(on_appended)
-        return AppendContended(winner=await _winner(store, clock))
+        return _contended(await _winner(store, clock))
     schedule_prune(on_appended)
     head = None if pointer is None else PublishedHead(record=candidate, pointer=pointer)
     if created:
@@ -389,7 +389,7 @@ async def append(
 def _expected_pointer(
     expected_head: PublishedHead | None, candidate: LeaderAuthorityRecord
 ) -> VersionedPointer | AppendExistingIdentical | AppendContended | None:
-    """§4.1.6 step 2: the pointer to update, or the outcome when no write is needed."""
+    """LA §4.1.6 step 2: the pointer to update, or the outcome when no write is needed."""
     seq = candidate.lease.seq
     if expected_head is None:
         if seq != 1:
@@ -401,9 +401,9 @@ def _expected_pointer(
     if head_seq == seq:
         if expected_head.record == candidate:
             return AppendExistingIdentical()
-        return AppendContended(winner=expected_head.record)
+        return _contended(expected_head)
     if head_seq > seq:
-        return AppendContended(winner=expected_head.record)
+        return _contended(expected_head)
     if head_seq + 1 != seq:
         raise InvalidArgument(
             f"cannot append authority sequence {seq} after published sequence {head_seq}"
@@ -411,18 +411,22 @@ def _expected_pointer(
     return expected_head.pointer
 
 
-async def _winner(store: ObjectStore, clock: Clock) -> LeaderAuthorityRecord:
+async def _winner(store: ObjectStore, clock: Clock) -> PublishedHead:
     head = await load_published_head(store, clock)
     if head is None:
         raise StoreUnavailable(
             f"{HEAD_PATH}: authority contender was not published or readable (no head)"
         )
-    return head.record
+    return head
+
+
+def _contended(winner: PublishedHead) -> AppendContended:
+    return AppendContended(winner=winner.record, head=winner)
 
 
 def require_advanced(winner: LeaderAuthorityRecord, base_seq: int, what: str) -> None:
     """A contended append is retried only if the winner moved the log past the head it was
-    appended after; a winner at or below it means the store misbehaves (spec §6, §7)."""
+    appended after; a winner at or below it means the store misbehaves (LA §6, LA §7)."""
     if winner.lease.seq <= base_seq:
         key = record_path(winner.lease.seq)
         raise CorruptRecord(
@@ -432,7 +436,7 @@ def require_advanced(winner: LeaderAuthorityRecord, base_seq: int, what: str) ->
 
 
 def schedule_prune(on_appended: Callable[[], None] | None) -> None:
-    """Call the prune hook; a failing hook is logged, never fails the append (§4.8.1)."""
+    """Call the prune hook; a failing hook is logged, never fails the append (LA §4.8.1)."""
     if on_appended is None:
         return
     try:

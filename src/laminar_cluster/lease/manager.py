@@ -1,22 +1,22 @@
 """The leader lease manager: acquires and renews leadership while this process is a candidate
-(spec_leader_lease §4.9.1, §4.9.3, §6; invariants S4, S6, S7, S8, S9).
+(LA §4.9.1, LA §4.9.3, LA §6; invariants LA-4, LA-6, LA-7, LA-8, LA-9).
 
 `LeaderLeaseManager.run(candidacy, shutdown)` loops: (1) a changed candidacy generation
-withdraws the grant and forgets the token (S9); (2) while ineligible it withdraws and waits;
+withdraws the grant and forgets the token (LA-9); (2) while ineligible it withdraws and waits;
 (3) it waits for shutdown (fence), a candidacy change, the grant's validity instant (fence: a
 missed renewal) or the next tick (every `renew_interval_s`, missed ticks skipped); (4) it runs
 `try_takeover` with an observation, else `renew_exact` with a held token, else `begin_new_term`
-(a fresh manager always begins a new term, S9), raced against shutdown (fence), a candidacy
+(a fresh manager always begins a new term, LA-9), raced against shutdown (fence), a candidacy
 change (abandon) and `min(valid_until, attempt_valid_until)` (fence), where
-`attempt_valid_until` = monotonic now + ttl at the attempt's START (S8); (5) an answer at or
-after either instant fences (S8); (6) `Acquired` extends the deadline to `attempt_valid_until`
+`attempt_valid_until` = monotonic now + ttl at the attempt's START (LA-8); (5) an answer at or
+after either instant fences (LA-8); (6) `Acquired` extends the deadline to `attempt_valid_until`
 and publishes the lease; `Held` withdraws and observes the rival, keeping the running
-observation while the rival is unchanged (S7); `Fenced` fences (S6); other errors keep the
+observation while the rival is unchanged (LA-7); `Fenced` fences (LA-6); other errors keep the
 state for the next tick, and the validity instant still ends leadership on time.
 
 Withdraw (candidacy loss, a rival holds it) is not terminal; fence (shutdown, missed or late
 renewal, durable fencing, cancellation of `run`) is, and a higher layer builds a new manager.
-Wall clocks decide nothing here: only the Clock's monotonic time (spec §6).
+Wall clocks decide nothing here: only the Clock's monotonic time (LA §6).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class LeaseManagerConfig:
 
 
 class LeaderLeaseAuthority(Protocol):
-    """The lease operations of `LeaderLeaseStore` the manager drives (spec §4.3)."""
+    """The lease operations of `LeaderLeaseStore` the manager drives (LA §4.3)."""
 
     @property
     def ttl_s(self) -> float: ...
@@ -152,7 +152,7 @@ _Event = _Shutdown | _CandidacyChanged | _Timer | _Completed
 class _TermState:
     valid_until: float | None = None
     observation: LeaderLeaseObservation | None = None
-    held_token: int | None = None  # None at start: a fresh manager begins a new term (S9)
+    held_token: int | None = None  # None at start: a fresh manager begins a new term (LA-9)
     next_poll: float = 0.0  # while observing: when to re-read the rival's liveness
     # While observing past the takeover instant: a failed takeover is retried at the next tick,
     # never at once (a store that fails fast would otherwise be hammered in a tight loop).
@@ -231,7 +231,7 @@ class LeaderLeaseManager:
         return proof
 
     async def run(self, candidacy: CandidacyWatch, shutdown: asyncio.Event) -> None:
-        """The renewal loop (spec §4.9.3). Returns after fencing; every exit path fences,
+        """The renewal loop (LA §4.9.3). Returns after fencing; every exit path fences,
         cancellation included. A manager runs once: after it, build a new one."""
         if self._started:
             raise InvalidArgument("leader lease manager: run() was already called")
@@ -248,7 +248,7 @@ class LeaderLeaseManager:
         while True:  # the service loop: it ends only by fencing
             seen = candidacy.current()
             if seen.generation != generation:
-                # S9: a changed generation means a grant was lost; never renew its token
+                # LA-9: a changed generation means a grant was lost; never renew its token
                 self._withdraw("candidacy generation changed")
                 state.clear()
                 generation = seen.generation
@@ -269,7 +269,7 @@ class LeaderLeaseManager:
                 return
             now = self._clock.monotonic()
             if state.valid_until is not None and now >= state.valid_until:
-                self._fence("renewal missed its deadline")  # S8
+                self._fence("renewal missed its deadline")  # LA-8
                 return
             if state.observation is not None:
                 if not await self._observing(now, ticker, candidacy, seen, shutdown, state):
@@ -303,7 +303,7 @@ class LeaderLeaseManager:
         state: _TermState,
     ) -> bool:
         """While a rival is observed: take over exactly when a full ttl has passed since the
-        observation started (S7), else re-read the head every `observe_every_s` so that the
+        observation started (LA-7), else re-read the head every `observe_every_s` so that the
         observation of the rival's last renewal starts as soon after it as possible."""
         observation = state.observation
         assert observation is not None
@@ -349,7 +349,7 @@ class LeaderLeaseManager:
         state: _TermState,
     ) -> bool:
         """One lease operation; False when the manager fenced and must exit."""
-        # S8: validity is anchored at the START of the attempt, never at the response
+        # LA-8: validity is anchored at the START of the attempt, never at the response
         attempt_valid_until = self._clock.monotonic() + self._config.ttl_s
         op_deadline = attempt_valid_until
         if state.valid_until is not None:
@@ -363,7 +363,7 @@ class LeaderLeaseManager:
             self._fence(f"operation stopped: {event}", logging.INFO)
             return False
         if isinstance(event, _Timer):
-            self._fence(f"operation abandoned: {event}")  # S8: a hung request ends the grant
+            self._fence(f"operation abandoned: {event}")  # LA-8: a hung request ends the grant
             return False
         if self._late(attempt_valid_until, state):
             return False
@@ -381,7 +381,7 @@ class LeaderLeaseManager:
         return lambda: authority.begin_new_term(owner, deadline=op_deadline)
 
     def _late(self, attempt_valid_until: float, state: _TermState) -> bool:
-        """S8: an answer at or after either validity instant never counts: fence."""
+        """LA-8: an answer at or after either validity instant never counts: fence."""
         now = self._clock.monotonic()
         if now >= attempt_valid_until or (
             state.valid_until is not None and now >= state.valid_until
@@ -395,7 +395,7 @@ class LeaderLeaseManager:
     ) -> bool:
         """Apply one completed operation; False when the manager fenced and must exit."""
         if isinstance(result, Fenced):
-            self._fence(f"operation was fenced: {result}")  # S6
+            self._fence(f"operation was fenced: {result}")  # LA-6
             return False
         if isinstance(result, LaminarError):
             logger.warning("leader lease operation failed: %s", result)
@@ -425,12 +425,12 @@ class LeaderLeaseManager:
         rival = held.lease
         if rival.owner == self._owner:
             # Our own earlier (abandoned or ambiguous) takeover landed: there is no rival to
-            # observe. The next tick begins a new term, which rotates the token (S9).
+            # observe. The next tick begins a new term, which rotates the token (LA-9).
             state.observation = None
             return
         observed = state.observation
         if observed is not None and observed.lease.liveness_identity() == rival.liveness_identity():
-            return  # S7: an unchanged rival keeps the running observation
+            return  # LA-7: an unchanged rival keeps the running observation
         try:
             state.next_poll = self._clock.monotonic() + self._config.observe_every_s
             state.observation = self._authority.observe_rival(self._owner, rival)

@@ -1,4 +1,4 @@
-"""Result types of the leader authority's operations (spec_leader_lease §3.11).
+"""Result types of the leader authority's operations (LA §3.11).
 
 Expected race results are values, not errors (STYLE.md): `Acquired | Held` for lease
 operations, `Created | ExistingIdentical | Contended` for appends.
@@ -48,9 +48,12 @@ class AppendExistingIdentical:
 @dataclass(frozen=True)
 class AppendContended:
     """Another record holds the target sequence, or the head moved past it. Our own record may
-    still be durable in the chain: callers re-derive their answer from `winner`."""
+    still be durable in the chain: callers re-derive their answer from `winner`. `head` is the
+    winner as published, with the pointer it was read through (so the next append can follow
+    it without reading the head again; not part of equality)."""
 
     winner: LeaderAuthorityRecord
+    head: PublishedHead | None = field(default=None, compare=False)
 
 
 AppendOutcome = AppendCreated | AppendExistingIdentical | AppendContended

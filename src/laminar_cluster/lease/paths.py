@@ -1,4 +1,4 @@
-"""Object paths of the leader authority (spec_leader_lease §2.1), each parser re-formats and
+"""Object paths of the leader authority (LA §2.1), each parser re-formats and
 compares."""
 
 from __future__ import annotations

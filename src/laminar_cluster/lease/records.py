@@ -1,4 +1,4 @@
-"""Durable records of the leader authority (spec_leader_lease §2.3, §2.4, §3, §8).
+"""Durable records of the leader authority (LA §2.3, LA §2.4, LA §3, LA §8).
 
 Our own formats (DESIGN.md "Own formats"): field order follows the spec; tagged unions are
 internally tagged (`{"kind":"drain",...}`, `{"phase":"release",...}`) because msgspec cannot
@@ -120,7 +120,7 @@ class AssignmentVerdict(enum.Enum):
 
 
 class AssignmentDrainDecision(Record, tag_field="kind", tag="drain"):
-    """The settlement of one drain transition (spec_rebalance §2.5). `handoff_checkpoint` (the
+    """The settlement of one drain transition (RB §2.5). `handoff_checkpoint` (the
     committed pre-rotation checkpoint the target restores from) is present iff the verdict is
     Commit; the authority pins it to the target fence (`handoff_pins`)."""
 
@@ -135,7 +135,7 @@ class AssignmentDrainDecision(Record, tag_field="kind", tag="drain"):
 
 
 class AssignmentRecoveryDecision(Record, tag_field="kind", tag="recovery"):
-    """A failure-recovery successor (spec_rebalance §2.6). `recovery_checkpoint` is the
+    """A failure-recovery successor (RB §2.6). `recovery_checkpoint` is the
     committed cluster checkpoint the target restores from; the authority pins it to the target
     fence (`handoff_pins`). None is the initial state (our extension, LA-20): admitted only
     while no cluster checkpoint has ever committed, so there is nothing committed to restore
@@ -201,7 +201,7 @@ class RecoveryReleaseLink(Record):
 
 class LeaderAuthorityRecord(Record):
     """The full authority state at one sequence (v9). Admitting fields are set only on the
-    record that admits their event; carried fields are copied forward (spec §3.4)."""
+    record that admits their event; carried fields are copied forward (LA §3.4)."""
 
     version: Literal[9]
     lease: LeaderLease

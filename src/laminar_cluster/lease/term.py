@@ -1,14 +1,14 @@
-"""Lease operations on the authority log (spec_leader_lease §3.3, §4.3; invariants S4-S10).
+"""Lease operations on the authority log (LA §3.3, LA §4.3; invariants LA-4 to LA-10).
 
 * `begin_new_term`: acquire an empty namespace, or rotate the token when this exact incarnation
-  owns the head; a rival's head is `Held`, never overridden (S7: wall clocks never authorise).
-* `renew_exact`: renew only the exact term named by `token`; anything else is `Fenced` (S6).
+  owns the head; a rival's head is `Held`, never overridden (LA-7: wall clocks never authorise).
+* `renew_exact`: renew only the exact term named by `token`; anything else is `Fenced` (LA-6).
 * `observe_rival` / `try_takeover`: take over only after the rival's liveness identity (owner,
-  token, renewal_sequence) stayed unchanged for a full ttl on our monotonic clock (S7, S8).
+  token, renewal_sequence) stayed unchanged for a full ttl on our monotonic clock (LA-7, LA-8).
   Non-liveness appends by the old term never reset an observation.
-* `lease_grants_leadership` / `lease_grants_proof`: the pure hot-path gates (§4.3.5).
+* `lease_grants_leadership` / `lease_grants_proof`: the pure hot-path gates (LA §4.3.5).
 
-Counters follow the table of §3.3 exactly. The spec's unbounded retry loops are bounded here by
+Counters follow the table of LA §3.3 exactly. The spec's unbounded retry loops are bounded here by
 AUTHORITY_MUTATION_ATTEMPTS_MAX and by the caller's absolute monotonic `deadline`
 (DeadlineExceeded). `now_ms` (wall clock) only fills the diagnostic `expires_at_ms`.
 """
@@ -61,7 +61,7 @@ class TermContext:
 
 
 class _SameOwner(enum.Enum):
-    """What a same-owner head does to the token (§4.3.1, §4.3.2, §4.3.6)."""
+    """What a same-owner head does to the token (LA §4.3.1, LA §4.3.2, LA §4.3.6)."""
 
     ROTATE = "rotate"  # begin_new_term: +1
     EXACT = "exact"  # renew_exact: must equal the caller's token, kept
@@ -85,7 +85,7 @@ def ttl_ms_of(ttl_s: float) -> int:
 def lease_grants_leadership(
     lease: LeaderLease | None, owner: LeaderLeaseOwner, deadline_live: bool
 ) -> bool:
-    """The local deadline is live and the exact owner holds the durable lease (§4.3.5, S8)."""
+    """The local deadline is live and the exact owner holds the durable lease (LA §4.3.5, LA-8)."""
     return deadline_live and lease is not None and lease.owner == owner
 
 
@@ -93,7 +93,7 @@ def lease_grants_proof(
     lease: LeaderLease | None, owner: LeaderLeaseOwner, deadline_live: bool, proof: LeaderProof
 ) -> bool:
     """As `lease_grants_leadership`, and the proof names the current term: a proof captured
-    before a token rotation fails (§4.3.5, S8, S9)."""
+    before a token rotation fails (LA §4.3.5, LA-8, LA-9)."""
     return (
         deadline_live
         and proof.owner == owner.proof_owner()
@@ -113,14 +113,14 @@ async def begin_new_term(
 async def renew_exact(
     ctx: TermContext, owner: LeaderLeaseOwner, token: int, *, now_ms: int, deadline: float
 ) -> LeaseOutcome:
-    """Renew exactly the term `token` of `owner`; never `Held`: anything else is Fenced (S6)."""
+    """Renew exactly the term `token` of `owner`; never `Held`: anything else is Fenced (LA-6)."""
     return await _acquire(ctx, owner, _SameOwner.EXACT, token, now_ms=now_ms, deadline=deadline)
 
 
 async def acquire_or_renew_current_term(
     ctx: TermContext, owner: LeaderLeaseOwner, *, now_ms: int, deadline: float
 ) -> LeaseOutcome:
-    """Test fixtures only (§4.3.6): `begin_new_term`, but the same owner keeps its token."""
+    """Test fixtures only (LA §4.3.6): `begin_new_term`, but the same owner keeps its token."""
     return await _acquire(ctx, owner, _SameOwner.PRESERVE, None, now_ms=now_ms, deadline=deadline)
 
 
@@ -143,12 +143,12 @@ async def try_takeover(
     now_ms: int,
     deadline: float,
 ) -> LeaseOutcome:
-    """Take over once the observed liveness identity stayed current for a full ttl (§4.3.4)."""
+    """Take over once the observed liveness identity stayed current for a full ttl (LA §4.3.4)."""
     _check_owner(owner)
     _check_lease(observation.lease)
     if observation.lease.owner == owner:
         raise InvalidArgument("leader takeover observation must belong to a rival")
-    # S7: only the observer's monotonic clock decides; expires_at_ms is never read.
+    # LA-7: only the observer's monotonic clock decides; expires_at_ms is never read.
     if ctx.clock.monotonic() - observation.started_s < ctx.ttl_ms / 1000:
         return Held(lease=observation.lease)
     expires_at_ms = _diagnostic_expiry(now_ms, ctx.ttl_ms)
@@ -163,7 +163,7 @@ async def try_takeover(
             current = head.record.lease
             if current.liveness_identity() != observed:
                 return Held(lease=current)  # the rival renewed, or someone else took over
-            # S4: a takeover is a new term: the token advances.
+            # LA-4: a takeover is a new term: the token advances.
             candidate = _next_record(head.record, owner, current.token + 1, expires_at_ms)
             outcome = await _append_cached(ctx, head, candidate)
             if not isinstance(outcome, AppendContended):
@@ -188,7 +188,8 @@ async def _acquire(
     now_ms: int,
     deadline: float,
 ) -> LeaseOutcome:
-    """The loop of §4.3.1/§4.3.2: load the head, build the next record, append, settle races."""
+    """The loop of LA §4.3.1/LA §4.3.2: load the head, build the next record, append, settle
+    races."""
     _check_owner(owner)
     expires_at_ms = _diagnostic_expiry(now_ms, ctx.ttl_ms)
     what = "exact leader renewal" if rule is _SameOwner.EXACT else "leader term"
@@ -209,10 +210,10 @@ async def _acquire(
             winner = outcome.winner
             if winner.lease.owner != owner:
                 if rule is _SameOwner.EXACT:
-                    raise Fenced("exact leader renewal lost a rival-owner CAS race")  # S6
+                    raise Fenced("exact leader renewal lost a rival-owner CAS race")  # LA-6
                 return Held(lease=winner.lease)
             if rule is _SameOwner.EXACT and winner.lease.token != token:
-                raise Fenced("exact leader renewal lost a same-owner CAS race")  # S6
+                raise Fenced("exact leader renewal lost a same-owner CAS race")  # LA-6
             # Our own incarnation (or a decision under our term) took the slot: retry.
             require_advanced(winner, 0 if head is None else head.record.lease.seq, what)
     raise StoreUnavailable(f"{what} did not converge in {AUTHORITY_MUTATION_ATTEMPTS_MAX} attempts")
@@ -265,23 +266,23 @@ def _term_candidate(
         )
         return LeaderAuthorityRecord.initial(first)
     current = head.record.lease
-    if current.owner != owner:  # S10: same node, other boot or term, is a rival
+    if current.owner != owner:  # LA-10: same node, other boot or term, is a rival
         if rule is _SameOwner.EXACT:
-            raise Fenced("exact leader renewal was superseded by a rival owner")  # S6
-        return Held(lease=current)  # S7: never override a rival, whatever its expiry says
+            raise Fenced("exact leader renewal was superseded by a rival owner")  # LA-6
+        return Held(lease=current)  # LA-7: never override a rival, whatever its expiry says
     if rule is _SameOwner.ROTATE:
-        next_token = current.token + 1  # S4, S9: a new term of the same owner rotates the token
+        next_token = current.token + 1  # LA-4, LA-9: a new term of the same owner rotates the token
     elif rule is _SameOwner.EXACT and current.token != token:
         raise Fenced("exact leader renewal was superseded by a newer local term")
     else:
-        next_token = current.token  # S4: renewal never advances the token
+        next_token = current.token  # LA-4: renewal never advances the token
     return _next_record(head.record, owner, next_token, expires_at_ms)
 
 
 def _next_record(
     head: LeaderAuthorityRecord, owner: LeaderLeaseOwner, token: int, expires_at_ms: int
 ) -> LeaderAuthorityRecord:
-    """A liveness record after `head`: seq+1, renewal+1, the given token (§3.3); carried fields
+    """A liveness record after `head`: seq+1, renewal+1, the given token (LA §3.3); carried fields
     and the catalog ref copied, admitting fields cleared."""
     current = head.lease
     if current.seq >= U64_MAX:

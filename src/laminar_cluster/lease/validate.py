@@ -1,23 +1,23 @@
 """Validation, encoding and decoding of the leader authority's durable records.
 
-Spec sections: spec_leader_lease §2.3 (head pointer rules), §2.5 (canonical encoding, through
-`codec`), §3.1-§3.2 (owner and lease validity), §3.12 (record validation: steps 1-11 in the
-spec's order), §4.1.1 steps 2-5 and §4.1.6 step 1 (size limits, the path-sequence check, the
-fault-inventory headroom), §8.8 (catalog manifest). Split by size: `validate_decisions.py` holds
-§3.6 (decisions, process fences) and steps 3-5 (links and floors), `validate_chains.py` steps
-6-11; this module runs them and re-exports their public names.
+Spec sections: LA §2.3 (head pointer rules), LA §2.5 (canonical encoding, through `codec`), LA §3.1
+to LA §3.2 (owner and lease validity), LA §3.12 (record validation: steps 1-11 in the spec's order),
+LA §4.1.1 steps 2-5 and LA §4.1.6 step 1 (size limits, the path-sequence check, the fault-inventory
+headroom), LA §8.8 (catalog manifest). Split by size: `validate_decisions.py` holds LA §3.6
+(decisions, process fences) and steps 3-5 (links and floors), `validate_chains.py` steps 6-11; this
+module runs them and re-exports their public names.
 
 Every rule raises `checkpoint.validate.ShapeViolation` with the Rust seed's phrase for the rule
 followed by the one fact that failed. `encode_*` run the rules under `writing()` (a violation is
 an InvalidArgument before any I/O); `decode_*` under `reading(key)` (a CorruptRecord naming the
-object: S21, corrupt or hand-edited state is never acted upon).
+object: LA-11, corrupt or hand-edited state is never acted upon).
 """
 
 from __future__ import annotations
 
 import unicodedata
 
-from laminar_cluster.codec import decode, encode_checked, is_sha256_hex
+from laminar_cluster.codec import decode, encode_checked
 from laminar_cluster.codec.memo import pure_memo
 from laminar_cluster.codec.shape import ShapeViolation, reading, writing
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
@@ -52,6 +52,7 @@ from laminar_cluster.lease.validate_chains import (
     validate_release_ref,
 )
 from laminar_cluster.lease.validate_decisions import (
+    check_content_address,
     drain_transition_is_canonical,
     process_fence_is_canonical,
     uuid_is_canonical,
@@ -104,7 +105,7 @@ _HEAD = "leader authority head has an unsupported version, zero sequence, or nil
 
 
 def validate_owner(owner: LeaderLeaseOwner) -> None:
-    """§3.1: an exact process incarnation; node, boot and process term all nonzero/non-nil."""
+    """LA §3.1: an exact process incarnation; node, boot and process term all nonzero/non-nil."""
     if owner.node == 0:
         raise ShapeViolation(f"{_OWNER}: node is 0")
     if not uuid_is_canonical(owner.boot):
@@ -114,7 +115,7 @@ def validate_owner(owner: LeaderLeaseOwner) -> None:
 
 
 def validate_lease(lease: LeaderLease) -> None:
-    """§3.2: owner valid; seq, token nonzero; renewal_sequence in 1..=seq; catalog ref valid."""
+    """LA §3.2: owner valid; seq, token nonzero; renewal_sequence in 1..=seq; catalog ref valid."""
     validate_owner(lease.owner)
     if lease.seq == 0:
         raise ShapeViolation(f"{_LEASE}: seq is 0")
@@ -132,18 +133,12 @@ def validate_lease(lease: LeaderLease) -> None:
 
 
 def validate_catalog_ref(ref: CatalogManifestRef) -> None:
-    """§3.2: version 1, 64 lowercase hex, encoded_len 1..=8 MiB, entry_count <= 4096."""
+    """LA §3.2: version 1, 64 lowercase hex, encoded_len 1..=8 MiB, entry_count <= 4096."""
     if ref.version != 1:
         raise ShapeViolation(f"catalog manifest reference version {ref.version} is not 1")
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(
-            f"catalog manifest reference sha256 {ref.sha256[:80]!r} is not 64 lowercase hex"
-        )
-    if not 1 <= ref.encoded_len <= MAX_CATALOG_MANIFEST_BYTES:
-        raise ShapeViolation(
-            f"catalog manifest reference encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_CATALOG_MANIFEST_BYTES}"
-        )
+    check_content_address(
+        "catalog manifest reference", ref.sha256, ref.encoded_len, MAX_CATALOG_MANIFEST_BYTES
+    )
     if ref.entry_count > MAX_CATALOG_ENTRIES:
         raise ShapeViolation(
             f"catalog manifest reference entry_count {ref.entry_count} exceeds "
@@ -157,7 +152,7 @@ def _is_white_space(character: str) -> bool:
 
 
 def validate_catalog_manifest(manifest: CatalogManifest) -> None:
-    """§8.8: at most 4096 entries; names non-empty, trimmed and unique; DDL not blank. (The
+    """LA §8.8: at most 4096 entries; names non-empty, trimmed and unique; DDL not blank. (The
     8 MiB size bound is checked where the manifest is encoded.)"""
     if manifest.version != 1:
         raise ShapeViolation(f"catalog manifest version {manifest.version} is not 1")
@@ -181,7 +176,7 @@ def validate_catalog_manifest(manifest: CatalogManifest) -> None:
 
 
 def validate_pointer(pointer: AuthorityHeadPointer) -> None:
-    """§2.3 / §4.1.2 step 5: version 1, sequence != 0, a canonical non-nil nonce."""
+    """LA §2.3 / LA §4.1.2 step 5: version 1, sequence != 0, a canonical non-nil nonce."""
     if pointer.version != AUTHORITY_HEAD_VERSION:
         raise ShapeViolation(f"{_HEAD}: version {pointer.version}")
     if pointer.sequence == 0:
@@ -191,7 +186,7 @@ def validate_pointer(pointer: AuthorityHeadPointer) -> None:
 
 
 def validate_record(record: LeaderAuthorityRecord) -> None:
-    """§3.12: every rule of a v9 authority record, steps 1-11 in the spec's order."""
+    """LA §3.12: every rule of a v9 authority record, steps 1-11 in the spec's order."""
     if record.version != AUTHORITY_RECORD_VERSION:  # step 1
         raise ShapeViolation(f"authority record version {record.version} is unsupported")
     validate_lease(record.lease)  # step 2
@@ -216,7 +211,7 @@ def validate_record(record: LeaderAuthorityRecord) -> None:
 
 
 def encode_record(record: LeaderAuthorityRecord) -> bytes:
-    """The canonical bytes of `record` for a create (§4.1.6 step 1): validated, 1..=256 KiB,
+    """The canonical bytes of `record` for a create (LA §4.1.6 step 1): validated, 1..=256 KiB,
     and <= 224 KiB while any fault slot is active (the mandatory headroom, so the appends that
     settle the faults still fit). Raises InvalidArgument before any I/O."""
     what = record_path(record.lease.seq) if record.lease.seq > 0 else "leader authority record"
@@ -236,14 +231,14 @@ def encode_record(record: LeaderAuthorityRecord) -> bytes:
 
 @pure_memo(512)  # every poll re-reads the same records: each distinct body is checked once
 def decode_record(body: bytes, key: str, path_seq: int) -> LeaderAuthorityRecord:
-    """The record stored at `key` (sequence `path_seq`), §4.1.1 steps 2-5: size bound before
-    parsing, strict parse, §3.12, body seq == path seq (S1), canonical bytes. CorruptRecord
+    """The record stored at `key` (sequence `path_seq`), LA §4.1.1 steps 2-5: size bound before
+    parsing, strict parse, LA §3.12, body seq == path seq (LA-1), canonical bytes. CorruptRecord
     naming `key` on any failure."""
-    # S21: size bound before parsing, strict parse, canonical bytes (codec), then every rule.
+    # LA-11: size bound before parsing, strict parse, canonical bytes (codec), then every rule.
     record = decode(body, LeaderAuthorityRecord, key=key, max_bytes=MAX_AUTHORITY_RECORD_BYTES)
     with reading(key):
         validate_record(record)
-    # S1: a record is the one at its path's sequence.
+    # LA-1: a record is the one at its path's sequence.
     if record.lease.seq != path_seq:
         raise CorruptRecord(
             f"{key}: lease.seq must equal the path seq: the body has {record.lease.seq}, the "
@@ -254,15 +249,15 @@ def decode_record(body: bytes, key: str, path_seq: int) -> LeaderAuthorityRecord
 
 
 def encode_pointer(pointer: AuthorityHeadPointer) -> bytes:
-    """The canonical head-pointer bytes (§2.3), validated, at most 128 bytes."""
+    """The canonical head-pointer bytes (LA §2.3), validated, at most 128 bytes."""
     with writing(HEAD_PATH):
         validate_pointer(pointer)
     return encode_checked(pointer, what=HEAD_PATH, max_bytes=MAX_AUTHORITY_HEAD_BYTES)
 
 
 def decode_pointer(body: bytes, key: str = HEAD_PATH) -> AuthorityHeadPointer:
-    """The head pointer stored at `key` (§4.1.2 steps 2, 4-6): 1..=128 bytes, strict parse
-    (unknown fields refused), §2.3 rules, canonical bytes. CorruptRecord on any failure."""
+    """The head pointer stored at `key` (LA §4.1.2 steps 2, 4-6): 1..=128 bytes, strict parse
+    (unknown fields refused), LA §2.3 rules, canonical bytes. CorruptRecord on any failure."""
     pointer = decode(body, AuthorityHeadPointer, key=key, max_bytes=MAX_AUTHORITY_HEAD_BYTES)
     with reading(key):
         validate_pointer(pointer)

@@ -1,7 +1,7 @@
-"""Record-level cross-field rules of the leader authority record: spec_leader_lease §3.12
+"""Record-level cross-field rules of the leader authority record: LA §3.12
 steps 6-11 (the fault inventory, the outcome chain and its floor, the assignment-decision chain
-and its floor, the recovery release), and the nested values only they use (§3.7 fault slots,
-§3.8 release references, §3.2 `matches_proof`).
+and its floor, the recovery release), and the nested values only they use (LA §3.7 fault slots,
+LA §3.8 release references, LA §3.2 `matches_proof`).
 
 `validate.validate_record` runs these after steps 1-5; each rule raises
 `checkpoint.validate.ShapeViolation` with the Rust seed's phrase and the one fact that failed.
@@ -33,6 +33,7 @@ from laminar_cluster.lease.records import (
     RecoveryReleaseTerminalRef,
 )
 from laminar_cluster.lease.validate_decisions import (
+    check_content_address,
     uuid_is_canonical,
     validate_assignment_decision,
 )
@@ -42,7 +43,7 @@ _FAULT_SEQUENCES = "leader authority recovery-fault sequences are not canonical"
 
 
 def lease_matches_proof(lease: LeaderLease, proof: LeaderProof) -> bool:
-    """§3.2 `matches_proof`: a canonical proof naming this exact owner and token (S5)."""
+    """LA §3.2 `matches_proof`: a canonical proof naming this exact owner and token (LA-5)."""
     return (
         proof_is_canonical(proof)
         and proof.owner == lease.owner.proof_owner()
@@ -51,7 +52,7 @@ def lease_matches_proof(lease: LeaderLease, proof: LeaderProof) -> bool:
 
 
 def validate_release_id(release: RecoveryReleaseId) -> None:
-    """`RecoveryReleaseId.is_canonical` (§3.8, §8.7; its owning module is not in the seeds):
+    """`RecoveryReleaseId.is_canonical` (LA §3.8, LA §8.7; its owning module is not in the seeds):
     interpreted as nonzero protocol version, generation and driver, a canonical non-nil nonce
     and a 64-lowercase-hex round digest. The epoch may be 0 (recovery before any checkpoint)."""
     if release.protocol_version == 0 or release.generation == 0 or release.driver == 0:
@@ -71,19 +72,15 @@ def validate_release_id(release: RecoveryReleaseId) -> None:
 
 
 def validate_release_ref(ref: RecoveryReleaseTerminalRef) -> None:
-    """§3.8: a canonical release id, 64 lowercase hex, 1 <= encoded_len <= 256 KiB."""
+    """LA §3.8: a canonical release id, 64 lowercase hex, 1 <= encoded_len <= 256 KiB."""
     phrase = "recovery release terminal reference is not canonical"
     try:
         validate_release_id(ref.release)
     except ShapeViolation as violation:
         raise ShapeViolation(f"{phrase}: {violation}") from None
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(f"{phrase}: sha256 {ref.sha256[:80]!r} is not 64 lowercase hex")
-    if not 1 <= ref.encoded_len <= MAX_RECOVERY_RELEASE_TERMINAL_BYTES:
-        raise ShapeViolation(
-            f"{phrase}: encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_RECOVERY_RELEASE_TERMINAL_BYTES}"
-        )
+    check_content_address(
+        f"{phrase}:", ref.sha256, ref.encoded_len, MAX_RECOVERY_RELEASE_TERMINAL_BYTES
+    )
 
 
 def validate_release_commit(commit: AuthorityRecoveryReleaseCommit) -> None:
@@ -99,7 +96,7 @@ def validate_release_link(link: RecoveryReleaseLink) -> None:
 
 
 def validate_fault_publisher(publisher: RecoveryFaultPublisher) -> None:
-    """§8.7 `RecoveryFaultPublisher.validate`: node != 0, boot canonical non-nil, term != 0."""
+    """LA §8.7 `RecoveryFaultPublisher.validate`: node != 0, boot canonical non-nil, term != 0."""
     participant = publisher.participant
     if (
         participant.node_id == 0
@@ -123,7 +120,7 @@ def validate_fault_slot(slot: AuthorityRecoveryFaultSlot) -> None:
 
 
 def check_fault_inventory(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 6 (S17: fault sequences are admitting sequences, never reused)."""
+    """LA §3.12 step 6 (LA-16: fault sequences are admitting sequences, never reused)."""
     slots, revision, seq = (
         record.recovery_fault_slots,
         record.recovery_fault_revision,
@@ -189,7 +186,7 @@ def _outside_sequence(link: OutcomeLink, seq: int) -> bool:
 
 
 def check_outcome_chain(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 7 (S11: outcome links move strictly backwards; S12: the Commit chain is
+    """LA §3.12 step 7 (LA-13: outcome links move strictly backwards; LA-13: the Commit chain is
     carried consistently with the terminal chain)."""
     if record.checkpoint_outcome is not None:
         _check_admitted_outcome(record)
@@ -232,7 +229,7 @@ def _check_admitted_outcome(record: LeaderAuthorityRecord) -> None:
         raise ShapeViolation("leader authority can only admit cluster checkpoint outcomes")
     bound = "cluster outcome is not bound to its exact authority sequence and term"
     proof = outcome.leader_proof
-    # S5: the outcome's proof names exactly the term of the record that admits it.
+    # LA-5: the outcome's proof names exactly the term of the record that admits it.
     if proof is None or not lease_matches_proof(record.lease, proof):
         raise ShapeViolation(f"{bound}: its leader proof does not match the lease")
     link = OutcomeLink(
@@ -273,7 +270,7 @@ def _check_admitted_outcome(record: LeaderAuthorityRecord) -> None:
 
 
 def check_outcome_floor_vs_heads(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 8: anchors lie below this record; a head below a floor is that anchor."""
+    """LA §3.12 step 8: anchors lie below this record; a head below a floor is that anchor."""
     floor = record.outcome_floor
     if floor is None:
         return
@@ -300,7 +297,7 @@ def check_outcome_floor_vs_heads(record: LeaderAuthorityRecord) -> None:
 
 
 def check_assignment_chain(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 9 (S15: one decision per target version; versions strictly increase)."""
+    """LA §3.12 step 9 (LA-15: one decision per target version; versions strictly increase)."""
     decision, seq = record.assignment_decision, record.lease.seq
     head, previous = record.assignment_decision_head, record.previous_assignment_decision
     if decision is None:
@@ -323,7 +320,7 @@ def check_assignment_chain(record: LeaderAuthorityRecord) -> None:
             f"floor {floor.before_target_version}"
         )
     bound = "assignment decision is not bound to its exact authority sequence and term"
-    # S5: the decision's proof names exactly the term of the record that admits it.
+    # LA-5: the decision's proof names exactly the term of the record that admits it.
     if not lease_matches_proof(record.lease, decision.leader_proof):
         raise ShapeViolation(f"{bound}: its leader proof does not match the lease")
     if head != AssignmentDecisionLink(sequence=seq, target_version=target):
@@ -333,7 +330,7 @@ def check_assignment_chain(record: LeaderAuthorityRecord) -> None:
 
 
 def check_assignment_floor_vs_head(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 10: the anchor lies below this record; a head below the floor is it."""
+    """LA §3.12 step 10: the anchor lies below this record; a head below the floor is it."""
     floor = record.assignment_decision_floor
     if floor is None:
         return
@@ -353,7 +350,7 @@ def check_assignment_floor_vs_head(record: LeaderAuthorityRecord) -> None:
 
 
 def check_recovery_release(record: LeaderAuthorityRecord) -> None:
-    """§3.12 step 11 (S17: a release commits only a settled inventory, at its own sequence)."""
+    """LA §3.12 step 11 (LA-16: a release commits only a settled inventory, at its own sequence)."""
     seq, head = record.lease.seq, record.recovery_release_head
     any_active = any(slot.active for slot in record.recovery_fault_slots)
     commit = record.recovery_release_commit

@@ -1,11 +1,10 @@
 """Validation of the leader authority's decisions and retention floors.
 
-Spec sections: spec_leader_lease §3.6 (assignment decision validity: drain and recovery, the
-removed-process fences), §8.2 (ProcessLeaseFence canonicality), §3.12 steps 3-5 (outcome links,
-the outcome floor, the assignment-decision floor), with spec_rebalance §2.4 (drain transition
-canonicality), §2.5 (the drain handoff checkpoint: present iff Commit) and §2.6
-(AssignmentSnapshotRef, the recovery checkpoint). `validate.py` runs these from `validate_record`
-and re-exports the public names.
+Spec sections: LA §3.6 (assignment decision validity: drain and recovery, the removed-process
+fences), LA §8.2 (ProcessLeaseFence canonicality), LA §3.12 steps 3-5 (outcome links, the outcome
+floor, the assignment-decision floor), with RB §2.4 (drain transition canonicality), RB §2.5 (the
+drain handoff checkpoint: present iff Commit) and RB §2.6 (AssignmentSnapshotRef, the recovery
+checkpoint). `validate.py` runs these from `validate_record` and re-exports the public names.
 
 Every rule raises `checkpoint.validate.ShapeViolation`; the message starts with the Rust seed's
 phrase for the rule (tests and operators grep for it) and ends with the one fact that failed.
@@ -42,7 +41,7 @@ from laminar_cluster.lease.records import (
     ProcessLeaseFence,
 )
 
-# spec_rebalance §2.6: a staged proposal is an assignment snapshot of version >= 2, <= 8 MiB.
+# RB §2.6: a staged proposal is an assignment snapshot of version >= 2, <= 8 MiB.
 MIN_ASSIGNMENT_SNAPSHOT_REF_VERSION = 2
 MAX_ASSIGNMENT_SNAPSHOT_BYTES = 8_388_608
 
@@ -66,7 +65,7 @@ def uuid_is_canonical(value: str) -> bool:
 
 
 def process_lease_problem(lease: ProcessLease, node: int) -> str | None:
-    """§8.2 `ProcessLease.validate(node)`: the node matches and is nonzero, the owner is a
+    """LA §8.2 `ProcessLease.validate(node)`: the node matches and is nonzero, the owner is a
     canonical non-nil UUID, term and seq are nonzero. None when valid."""
     if lease.node == 0 or lease.node != node:
         return f"process lease node {lease.node} is not the nonzero node {node}"
@@ -78,7 +77,7 @@ def process_lease_problem(lease: ProcessLease, node: int) -> str | None:
 
 
 def process_fence_problem(fence: ProcessLeaseFence) -> str | None:
-    """§8.2: both leases valid for the predecessor's node, different owners, and the successor
+    """LA §8.2: both leases valid for the predecessor's node, different owners, and the successor
     exactly one seq and one term after the predecessor (an immediate takeover). None if so."""
     predecessor, successor = fence.predecessor, fence.successor
     problem = process_lease_problem(predecessor, predecessor.node) or process_lease_problem(
@@ -116,7 +115,7 @@ def _successor_problem(
 
 
 def drain_transition_problem(transition: AssignmentDrainTransition) -> str | None:
-    """spec_rebalance §2.4: canonical fences and proof, same vnode count, target = predecessor
+    """RB §2.4: canonical fences and proof, same vnode count, target = predecessor
     + 1, and the leader's (node, boot) a participant of either fence. None when canonical."""
     problem = _successor_problem(transition.predecessor, transition.target)
     if problem is not None:
@@ -137,23 +136,25 @@ def drain_transition_is_canonical(transition: AssignmentDrainTransition) -> bool
     return drain_transition_problem(transition) is None
 
 
+def check_content_address(what: str, sha256: str, encoded_len: int, max_bytes: int) -> None:
+    """A content-addressed reference names 64 lowercase hex and a length in 1..=`max_bytes`."""
+    if not is_sha256_hex(sha256):
+        raise ShapeViolation(f"{what} sha256 {sha256[:80]!r} is not 64 lowercase hex")
+    if not 1 <= encoded_len <= max_bytes:
+        raise ShapeViolation(f"{what} encoded_len {encoded_len} is outside 1..={max_bytes}")
+
+
 def validate_snapshot_ref(ref: AssignmentSnapshotRef) -> None:
-    """spec_rebalance §2.6: version >= 2, 64 lowercase hex, encoded_len 1..=8 MiB."""
+    """RB §2.6: version >= 2, 64 lowercase hex, encoded_len 1..=8 MiB."""
     if ref.version < MIN_ASSIGNMENT_SNAPSHOT_REF_VERSION:
         raise ShapeViolation(f"assignment snapshot reference version {ref.version} is below 2")
-    if not is_sha256_hex(ref.sha256):
-        raise ShapeViolation(
-            f"assignment snapshot reference sha256 {ref.sha256[:80]!r} is not 64 lowercase hex"
-        )
-    if not 1 <= ref.encoded_len <= MAX_ASSIGNMENT_SNAPSHOT_BYTES:
-        raise ShapeViolation(
-            f"assignment snapshot reference encoded_len {ref.encoded_len} is outside "
-            f"1..={MAX_ASSIGNMENT_SNAPSHOT_BYTES}"
-        )
+    check_content_address(
+        "assignment snapshot reference", ref.sha256, ref.encoded_len, MAX_ASSIGNMENT_SNAPSHOT_BYTES
+    )
 
 
 def checkpoint_ref_problem(ref: RecoveryCapsuleRef) -> str | None:
-    """spec_rebalance §2.5/§2.6 `CommittedCheckpointRef` validity (our `RecoveryCapsuleRef`): a
+    """RB §2.5/RB §2.6 `CommittedCheckpointRef` validity (our `RecoveryCapsuleRef`): a
     canonical attempt (epoch == checkpoint_id != 0), 64 lowercase hex, a length in
     1..=MAX_RECOVERY_CAPSULE_BYTES. None when valid."""
     try:
@@ -164,19 +165,19 @@ def checkpoint_ref_problem(ref: RecoveryCapsuleRef) -> str | None:
 
 
 def validate_drain_decision(decision: AssignmentDrainDecision) -> None:
-    """§3.12 "Decision validation": canonical transition and proof; Commit only by the term
-    that opened the transition (S15: a replacement term may Abort, never Commit); a canonical
-    handoff checkpoint iff Commit (spec_rebalance §2.5)."""
+    """LA §3.12 "Decision validation": canonical transition and proof; Commit only by the term
+    that opened the transition (LA-15: a replacement term may Abort, never Commit); a canonical
+    handoff checkpoint iff Commit (RB §2.5)."""
     problem = drain_transition_problem(decision.transition)
     if problem is not None:
         raise ShapeViolation(f"{_DRAIN}: {problem}")
     if not proof_is_canonical(decision.leader_proof):
         raise ShapeViolation(f"{_DRAIN}: leader proof is not canonical")
-    # S15: only the exact term that created the transition may commit it.
+    # LA-15: only the exact term that created the transition may commit it.
     commit = decision.verdict is AssignmentVerdict.COMMIT
     if commit and decision.leader_proof != decision.transition.leader:
         raise ShapeViolation(f"{_DRAIN}: a Commit requires leader_proof == transition.leader")
-    # spec_rebalance §2.5: the handoff checkpoint is present iff the verdict is Commit.
+    # RB §2.5: the handoff checkpoint is present iff the verdict is Commit.
     handoff = decision.handoff_checkpoint
     if commit and handoff is None:
         raise ShapeViolation(f"{_DRAIN}: a Commit requires a handoff checkpoint")
@@ -189,8 +190,8 @@ def validate_drain_decision(decision: AssignmentDrainDecision) -> None:
 
 
 def validate_recovery_decision(decision: AssignmentRecoveryDecision) -> None:
-    """§3.6: a canonical successor with an admitted-proposal ref and a canonical recovery
-    checkpoint (spec_rebalance §2.6), and exactly one canonical process fence per removed
+    """LA §3.6: a canonical successor with an admitted-proposal ref and a canonical recovery
+    checkpoint (RB §2.6), and exactly one canonical process fence per removed
     predecessor participant, in predecessor order."""
     predecessor, target = decision.predecessor, decision.target
     problem = _successor_problem(predecessor, target)
@@ -246,7 +247,7 @@ def validate_assignment_decision(decision: AuthorityAssignmentDecision) -> None:
 
 
 def validate_outcome_link(link: OutcomeLink, field: str) -> None:
-    """§3.12 step 3: a nonzero sequence and a canonical attempt (epoch == checkpoint_id != 0)."""
+    """LA §3.12 step 3: a nonzero sequence and a canonical attempt (epoch == checkpoint_id != 0)."""
     attempt = CheckpointAttempt(epoch=link.epoch, checkpoint_id=link.checkpoint_id)
     if link.sequence == 0 or not attempt.is_canonical():
         raise ShapeViolation(
@@ -261,7 +262,7 @@ def _link_names(link: OutcomeLink, outcome: CheckpointOutcome) -> bool:
 
 
 def validate_outcome_floor(floor: AuthorityOutcomeFloor) -> None:
-    """§3.12 step 4: the floor is self-consistent (S13: anchors by value keep continuity)."""
+    """LA §3.12 step 4: the floor is self-consistent (LA-14: anchors by value keep continuity)."""
     try:
         canonical_uuid(floor.deployment_id, "deployment_id")
     except ShapeViolation as violation:
@@ -363,7 +364,7 @@ def _check_anchor_order(floor: AuthorityOutcomeFloor) -> None:
 
 
 def validate_assignment_floor(floor: AuthorityAssignmentDecisionFloor) -> None:
-    """§3.12 step 5: before != 0; anchor and link together, the anchor valid, below the floor,
+    """LA §3.12 step 5: before != 0; anchor and link together, the anchor valid, below the floor,
     and named exactly by its link."""
     if floor.before_target_version == 0:
         raise ShapeViolation("assignment decision floor requires a nonzero target version")
