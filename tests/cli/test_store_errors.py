@@ -102,3 +102,28 @@ def test_a_node_refuses_a_store_without_credentials_in_one_event(s3_server: S3Se
     assert events[0]["level"] == "ERROR"
     assert events[0]["error"].startswith("no S3 credentials: set AWS_ACCESS_KEY_ID")
     assert not any(noise in result.stderr for noise in NOISE)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("status", "--json"),
+        ("members",),
+        ("lease",),
+        ("authority",),
+        ("checkpoints", "--json"),
+        ("assignment",),
+        ("assignment", "--json"),
+        ("store-check", "--json"),
+    ],
+)
+def test_no_view_prints_the_secret(s3_server: S3Server, args: tuple[str, ...]) -> None:
+    """A usable bucket whose URL carries the secret: every view shows the URL redacted."""
+    url = _s3(s3_server, s3_server.create_bucket(), CREDENTIALS + "&allow_http=true")
+    result = run_clean(*args, "--store", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert SECRET not in output
+    assert "secret_access_key=***" in output
