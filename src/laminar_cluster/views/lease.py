@@ -56,9 +56,10 @@ def leader_liveness(leader: dict[str, Any], members: list[dict[str, Any]]) -> di
     return {"live": why is None, "why": why, "ttl_ms": ttl_ms}
 
 
-async def view_lease(store: ObjectStore, clock: Clock) -> LeaseView:
+async def view_lease(store: ObjectStore, clock: Clock, *, judge: bool = True) -> LeaseView:
     """The published head as a reader would find it, without repairing anything, with the
-    liveness of its leader (`leader_liveness`, from the leader's process lease)."""
+    liveness of its leader (`leader_liveness`, from the leader's process lease; unless not
+    `judge`: a caller that reads the members judges it, without this extra read)."""
     view = LeaseView(store=store.url)
     try:
         record = await _read_head(store, view)
@@ -66,6 +67,8 @@ async def view_lease(store: ObjectStore, clock: Clock) -> LeaseView:
             meta = await store.head(record_path(record.lease.seq))
             now_ms = clock.wall_ms()
             view.head = _lease_row(record, now_ms, meta.last_modified_ms)
+            if not judge:
+                return view
             node = record.lease.owner.node
             found = await read_member(store, node, now_ms)
             members = [] if found is None else [member_row(node, *found)]

@@ -65,9 +65,15 @@ class ReferenceCheck:
     problems: list[Problem] = field(default_factory=list)
 
     @classmethod
-    async def open(cls, store: ObjectStore, clock: Clock) -> ReferenceCheck:
+    async def open(
+        cls, store: ObjectStore, clock: Clock, *, identity: DeploymentIdentity | None = None
+    ) -> ReferenceCheck:
+        """A check of `store`'s outcomes against its deployment identity (read now, unless a
+        reader that already read it passes it)."""
         read_only = ReadOnlyStore(store)
-        check = cls(read_only, clock, None)
+        check = cls(read_only, clock, identity)
+        if identity is not None:
+            return check
         try:
             check.identity = await peek_identity(read_only)
         except CorruptRecord as error:

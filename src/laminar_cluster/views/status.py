@@ -17,7 +17,9 @@ own section (the problem names the object):
   draining or committed, vnodes per node;
 * last committed cluster checkpoint: the head's Commit link (or the floor's committed anchor
   when compacted), its age by the admitting record's last-modified time, and its references
-  checked (`views.references`: deployment, recovery capsule, participant manifests);
+  checked once per Commit (`views.references`: deployment, recovery capsule; a one-shot
+  `status` also the participant manifests, a watch or the console only the capsule: they
+  refresh every second or two and each request counts);
 * source lag (`views.status_lag`).
 
 `check()` is `status --check`: None when a live leader holds a cluster without problems, else
@@ -34,8 +36,13 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import vnodes_per_node
 from laminar_cluster.assignment.snapshot_io import inventory, load_effective
 from laminar_cluster.authority.outcome_audit import read_linked_outcome
-from laminar_cluster.checkpoint.records import CheckpointOutcome, ClusterRecoveryCapsule
+from laminar_cluster.checkpoint.records import (
+    CheckpointOutcome,
+    ClusterRecoveryCapsule,
+    DeploymentIdentity,
+)
 from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.codec import encode
 from laminar_cluster.errors import CorruptRecord, LaminarError, StoreError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
@@ -45,7 +52,7 @@ from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.membership.discovery import Discovery, Member, ObservedState
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.lease import leader_liveness, view_lease
-from laminar_cluster.views.members import view_members
+from laminar_cluster.views.members import member_row
 from laminar_cluster.views.read_only import ReadOnlyStore
 from laminar_cluster.views.references import ReferenceCheck
 from laminar_cluster.views.status_lag import (
@@ -143,9 +150,19 @@ class StatusReader:
     """Reads `StatusView`s of one store; keep one per watch (its `Discovery` remembers)."""
 
     def __init__(
-        self, store: ObjectStore, clock: Clock, event_log: EventLogOpener | None = None
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        event_log: EventLogOpener | None = None,
+        *,
+        deep: bool = False,
     ) -> None:
         self.store: ObjectStore = ReadOnlyStore(store)
+        self.deep = deep  # also check the newest Commit's participant manifests
+        # Commits whose references checked out (immutable: each is checked once), and the
+        # deployment identity's id and mode (they never change once created).
+        self._checked: dict[str, ClusterRecoveryCapsule] = {}
+        self._identity: DeploymentIdentity | None = None
         self.clock = clock
         self.discovery = Discovery(self.store, clock)
         self.event_log = None if event_log is None else event_log(self.store)
@@ -194,7 +211,7 @@ class StatusReader:
             return None
 
     async def _leader(self, view: StatusView) -> LeaderAuthorityRecord | None:
-        lease = await view_lease(self.store, self.clock)
+        lease = await view_lease(self.store, self.clock, judge=False)  # judged after members
         view.notes.extend(lease.notes)
         view.problems.extend(
             {"section": "leader", "object": p.object, "error": p.error} for p in lease.problems
@@ -215,26 +232,24 @@ class StatusReader:
         return await read_record(self.store, row["sequence"])
 
     async def _members(self, view: StatusView, deadline: float) -> None:
-        """The members by their records' ages; a watch's own observation wins when it saw a
-        node suspected or dead that the ages do not show (clocks that disagree)."""
-        members = await view_members(self.store, view.observed_at_ms)
-        view.problems.extend(
-            {"section": "members", "object": p["object"], "error": p["error"]}
-            for p in members.problems
-        )
+        """The members by their records' ages (`views.members`, from the listing's
+        last-modified times: no request beyond the poll); this observer's own view wins when
+        it saw a node suspected or dead that the ages do not show (clocks that disagree)."""
         polled = await self.discovery.poll(deadline=deadline)
         self.last_members = polled.members
-        observed = {member.node: member for member in polled.members}
-        for row in members.members:
-            member = observed.get(row["node"])
-            if member is None:
-                row["unchanged_s"] = None
-                continue
+        view.problems.extend(
+            {"section": "members", "object": None, "error": problem} for problem in polled.problems
+        )
+        rows = []
+        for member in polled.members:
+            age_ms = view.observed_at_ms - member.modified_ms
+            row = member_row(member.node, member.record, age_ms)
             if member.state.value in _OBSERVED_WORSE and row["state"] not in ("dead", "left"):
                 row["state"] = member.state.value
                 row["why"] = f"unchanged for {member.unchanged_s:.1f} s on this observer's clock"
             row["unchanged_s"] = round(member.unchanged_s, 3)
-        view.members = members.members
+            rows.append(row)
+        view.members = rows
 
     async def _assignment(self, view: StatusView) -> None:
         versions = await inventory(self.store)
@@ -279,19 +294,34 @@ class StatusReader:
             where = record_path(head.lease.seq)
         else:
             return None
-        check = await ReferenceCheck.open(self.store, self.clock)
-        capsule = await check.outcome(outcome, where, manifests=True)
+        capsule = await self._checked_capsule(view, outcome, where)
+        if capsule is not None:
+            view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
+        return capsule
+
+    async def _checked_capsule(
+        self, view: StatusView, outcome: CheckpointOutcome, where: str
+    ) -> ClusterRecoveryCapsule | None:
+        """The Commit's capsule with its references checked (`views.references`), once per
+        Commit for this reader."""
+        key = f"{where} {encode(outcome).hex()}"
+        capsule = self._checked.get(key)
+        if capsule is not None:
+            return capsule
+        check = await ReferenceCheck.open(self.store, self.clock, identity=self._identity)
+        capsule = await check.outcome(outcome, where, manifests=self.deep)
         view.problems.extend(
             {"section": "checkpoint", "object": p.object, "error": p.error} for p in check.problems
         )
         if capsule is not None:
-            view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
+            self._identity = check.identity
+            self._checked = {key: capsule}  # only the newest is asked for again
         return capsule
 
     async def capsule_of(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
         """The recovery capsule of a Commit, its references checked (`views.references`);
         CorruptRecord naming the first wrong object otherwise."""
-        check = await ReferenceCheck.open(self.store, self.clock)
+        check = await ReferenceCheck.open(self.store, self.clock, identity=self._identity)
         where = f"cluster Commit epoch {outcome.epoch}"
         capsule = await check.outcome(outcome, where)
         if capsule is None:
@@ -333,6 +363,7 @@ async def status_once(
     store: ObjectStore, clock: Clock, *, timeout_s: float = STATUS_TIMEOUT_S
 ) -> StatusView:
     """One status view of `store` (tests call it on a store they built)."""
-    view = await StatusReader(store, clock, event_log_opener(clock)).read(timeout_s=timeout_s)
+    reader = StatusReader(store, clock, event_log_opener(clock), deep=True)
+    view = await reader.read(timeout_s=timeout_s)
     view.notes.append(MEMBERS_NOTE)
     return view
