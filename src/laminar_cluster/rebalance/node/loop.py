@@ -122,7 +122,7 @@ class RebalanceLoop:
             else:
                 result = outcome
         if closed:
-            logger.warning("membership watch closed; rebalance loop exits")
+            logger.info("membership watch closed; rebalance loop exits")
             shutdown.set()
         return result
 

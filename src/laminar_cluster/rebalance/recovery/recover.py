@@ -151,7 +151,7 @@ async def authorize_recovery_successor(
         ctx.authority, proof, request, ctx.snapshots, deadline=deadline
     )
     decision = recorded.winner if isinstance(recorded, DecisionConflict) else recorded.decision
-    logger.warning(
+    logger.info(  # a decision taken, not a fault
         "assignment %d: recovery successor %d authorized (%s); %s",
         current.assignment_version,
         decision.target_version,

@@ -38,6 +38,13 @@ from laminar_cluster.rebalance.watcher.state import FenceIdentity, WatcherState
 logger: Final = logging.getLogger(__name__)
 
 
+# A routine wait (a fresh cluster, a full restart), not a fault: INFO, in plain words.
+CERTIFICATE_WAIT = (
+    "waiting for the owner-complete assignment certificate (every owner reports its vnode "
+    "state); the assignment authority starts once it is complete"
+)
+
+
 class PlacementSink(Protocol):
     """Where the watcher publishes placement metrics (§3.4, §6.5). The metrics layer (above
     rebalance) implements it: reset the `placement_vnodes_per_domain` gauge vector, set one
@@ -92,7 +99,7 @@ async def publish_authority(
                 await suspend_local_assignment_authority(ctx, deadline=deadline)
             except STEP_FAILURES as error:
                 logger.warning("authority suspension failed: %s", error)
-            logger.warning("owner-complete assignment certificate unavailable; authority suspended")
+            logger.info(CERTIFICATE_WAIT)
         return
     transition = state.durable_drain_transition
     if transition is not None and transition.predecessor != fence:

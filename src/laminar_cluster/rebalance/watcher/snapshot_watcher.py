@@ -249,7 +249,7 @@ class SnapshotWatcher(WatcherState):
             adoption = await self._adopt(head, outcome, scope, head_deadline)
         except STEP_FAILURES as error:
             if not refused_because(error, Refusal.SHUFFLE_NOT_READY):
-                logger.warning("assignment %d: adoption failed: %s", head.assignment_version, error)
+                _log_adoption_failure(head.assignment_version, error)
                 return revision
             logger.info(
                 "assignment %d: shuffle not ready; keeping the predecessor: %s",
@@ -411,3 +411,13 @@ class SnapshotWatcher(WatcherState):
         await ensure_current_assignment_authority_cached(
             self.ctx, self, audited_successor, deadline=self.ctx.head_deadline()
         )
+
+
+def _log_adoption_failure(version: int, error: Exception) -> None:
+    """An assignment naming an earlier boot of this node (Refusal.ANOTHER_BOOT) is routine
+    after a restart (INFO, the leader's recovery assignment follows); any other adoption
+    failure is a WARNING."""
+    if refused_because(error, Refusal.ANOTHER_BOOT):
+        logger.info("%s (an earlier boot of this node); waiting for the recovery", error)
+    else:
+        logger.warning("assignment %d: adoption failed: %s", version, error)
