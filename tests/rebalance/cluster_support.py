@@ -1,4 +1,4 @@
-"""An N-node cluster in one process for rebalance scenario tests (spec_rebalance §7).
+"""An N-node cluster in one process for rebalance scenario tests (RB §7).
 
 One object store and one `SimulatedClock` are shared by every node. Each node is one process
 incarnation: an acquired and activated `ProcessLeaseHolder`, its own `Discovery`, its own

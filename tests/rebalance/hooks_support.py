@@ -1,8 +1,8 @@
-"""Builders for the coordinated-recovery hook scenarios (spec_rebalance §4.17, §4.18, T65-T72).
+"""Builders for the coordinated-recovery hook scenarios (RB §4.17, RB §4.18, RB-T65..RB-T72).
 
 A `Scenario` is a `cluster_support.Cluster` plus one `RecordingEngine` and one
 `RebalanceContext` per node. `install` stands in for the snapshot watcher's publication
-(§4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
+(RB §4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
 simulated clock, for code that sleeps or waits on deadlines; `with_watchers` runs a coroutine
 while every node's real snapshot watcher ticks and every running lease is renewed.
@@ -140,7 +140,7 @@ async def build(
 
 
 async def install(ctx: RebalanceContext, snapshot: AssignmentSnapshot) -> None:
-    """What one watcher publication leaves behind for committed `snapshot` (§4.12)."""
+    """What one watcher publication leaves behind for committed `snapshot` (RB §4.12)."""
     deadline = ctx.head_deadline()
     await ctx.engine.adopt_assignment(snapshot, deadline=deadline)
     fence = snapshot_fence(snapshot)

@@ -1,5 +1,5 @@
 """A cluster with engines: `Cluster` (controllers) plus one `RecordingEngine` and one
-`RebalanceContext` per node, for leader-side scenario tests (spec_rebalance §7 T25-T47).
+`RebalanceContext` per node, for leader-side scenario tests (RB §7 RB-T25..RB-T47).
 
 `install(node, snapshot)` does by hand what the watcher's publication does on every tick:
 adopt, publish the vnode-state report, publish the local fence and activate authority.

@@ -1,5 +1,5 @@
-"""The owner certificate (spec_rebalance §4.12): exact reports from every participant, and
-the stronger vnode-state readiness (§2.7). T24 and the async shell."""
+"""The owner certificate (RB §4.12): exact reports from every participant, and
+the stronger vnode-state readiness (RB §2.7). RB-T24 and the async shell."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`StoreClusterController`'s slots (spec_rebalance §6.3, §2.7, §4.6): the in-memory drain
+"""`StoreClusterController`'s slots (RB §6.3, RB §2.7, RB §4.6): the in-memory drain
 transition slot, the durable adoption reports with the owner certificate, and the durable
 drain acks with every refusal of `announce_drain_ack` and every bullet of the ack quorum, over
 memory:// and file://."""

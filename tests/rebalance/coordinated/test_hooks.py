@@ -1,5 +1,5 @@
-"""Coordinated-recovery hooks, startup selection and graceful exit (spec_rebalance §1.3, §4.17,
-§4.18; T65-T69, T71, T72) and our stopped-recovery round for a missed ack quorum."""
+"""Coordinated-recovery hooks, startup selection and graceful exit (RB §1.3, RB §4.17,
+RB §4.18; RB-T65..RB-T69, RB-T71, RB-T72) and our stopped-recovery round for a missed ack quorum."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ OWNERS = (1, 2, 1, 2)
 
 
 def stop_locally(scenario: Scenario, node_id: int) -> None:
-    """Coordinated recovery's stop quorum reached this process (§4.18 preconditions)."""
+    """Coordinated recovery's stop quorum reached this process (RB §4.18 preconditions)."""
     scenario.engine(node_id).enter_stopped_recovery()
     scenario.cluster.controller(node_id).set_recovering(True)
 

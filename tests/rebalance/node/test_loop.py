@@ -1,4 +1,4 @@
-"""The controller loop (spec_rebalance §4.2, §7 T31-T34): leader-only attempts, debounce,
+"""The controller loop (RB §4.2, RB-T31..RB-T34): leader-only attempts, debounce,
 the audit tick and retries, on a simulated clock over memory://; and what a failed attempt
 does by the kind of its error (rebalance/node/loop.py): retry, stop on Fenced, report
 CorruptRecord, propagate a bug."""

@@ -1,6 +1,6 @@
-"""The recovery path, leader side, and the recovery audit (spec_rebalance §1.2, §4.9, §4.10,
-§4.14, §4.16; scenarios T28, T48-T53, T70, T74). Memory store, simulated clock, real controllers,
-ControlEngines and leader authority."""
+"""The recovery path, leader side, and the recovery audit (RB §1.2, RB §4.9, RB §4.10,
+RB §4.14, RB §4.16; scenarios RB-T28, RB-T48..RB-T53, RB-T70, RB-T74). Memory store, simulated
+clock, real controllers, ControlEngines and leader authority."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_t48_replacement_process_aborts_then_recovers() -> None:
 def test_replacement_leader_materializes_a_decision_for_its_previous_boot() -> None:
     """Simulation seed 33381: leader node 1 records the recovery decision for v2, which
     certifies its own boot, and crashes before materializing it; its replacement boot is
-    elected. It materializes v2 without adopting it (§4.9 step 4 would refuse, and the head
+    elected. It materializes v2 without adopting it (RB §4.9 step 4 would refuse, and the head
     stayed at v1 for good while node 1 kept the leadership), then recovers its previous boot
     out of v2 like any replaced boot."""
 

@@ -1,6 +1,6 @@
-"""The leader's decision procedure and graceful rotation (spec_rebalance §4.3-§4.8, §7
-T25-T30, T35-T47, T73), on memory:// and file://, with real controllers, real authority and
-the BaseEngine.
+"""The leader's decision procedure and graceful rotation (RB §4.3-§4.8;
+RB-T25..RB-T30, RB-T35..RB-T47, RB-T73), on memory:// and file://, with real controllers, real
+authority and the BaseEngine.
 
 Layout: vnode_count 4, boots are fresh per process; node 1 leads unless a test says otherwise.
 """
@@ -73,7 +73,7 @@ async def drive(scenario: Scenario, work: Awaitable[T], *, step_s: float = 0.05)
 
 
 async def follower_ack(scenario: Scenario, node_id: int) -> None:
-    """What a predecessor follower's watcher does for a draining head (§4.11 A)."""
+    """What a predecessor follower's watcher does for a draining head (RB §4.11 A)."""
     snapshots = scenario.cluster.snapshots
     while True:
         head = await snapshots.load()

@@ -1,4 +1,4 @@
-"""The snapshot watcher, follower side (spec_rebalance §4.11-§4.14, §7 T54-T64).
+"""The snapshot watcher, follower side (RB §4.11-§4.14, RB §7 RB-T54..RB-T64).
 
 Three nodes unless noted: v1 = [1, 2, 1, 2] (participants 1 and 2), node 1 leads, node 3 is a
 live member that owns nothing until a rotation gives it vnodes. Watchers are ticked by hand.
@@ -384,7 +384,7 @@ def test_t64_shuffle_not_ready_keeps_predecessor() -> None:
 
 
 def test_follower_resolves_abort_terminal() -> None:
-    """§4.13: an Abort terminal (rollback at v2) resumes the follower's drained sources."""
+    """RB §4.13: an Abort terminal (rollback at v2) resumes the follower's drained sources."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -408,7 +408,7 @@ def test_follower_resolves_abort_terminal() -> None:
 
 
 def test_stopped_recovery_defers_terminal_resolution() -> None:
-    """§4.13 step 3: sources stopped by coordinated recovery are not resolved by the watcher."""
+    """RB §4.13 step 3: sources stopped by coordinated recovery are not resolved by the watcher."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -426,7 +426,7 @@ def test_stopped_recovery_defers_terminal_resolution() -> None:
 
 
 def test_publication_closes_when_authority_revision_moved() -> None:
-    """§4.12 step 2 (S13): another path closed authority after the head was read."""
+    """RB §4.12 step 2 (RB-12): another path closed authority after the head was read."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -494,7 +494,7 @@ def test_leader_watcher_racing_its_own_recovery_leaves_recovery_mode() -> None:
 
 
 def test_placement_metrics_published_per_registry_version() -> None:
-    """§3.4: published on the first tick and whenever the registry version changes."""
+    """RB §3.4: published on the first tick and whenever the registry version changes."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         sink = RecordingSink()
