@@ -52,7 +52,7 @@ def report(
     )
 
 
-def test_t24_fence_requires_exact_reports() -> None:
+def test_rb_t24_fence_requires_exact_reports() -> None:
     roster = (P1, P2)
     exact = [report(P1), report(P2)]
     # Exact reports for p1 and p2: a fence, and semantically ready.

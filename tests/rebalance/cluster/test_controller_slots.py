@@ -160,7 +160,7 @@ def test_drain_ack_happy_path_and_quorum(store: ObjectStore) -> None:
     asyncio.run(main())
 
 
-def test_drain_ack_refusals(store: ObjectStore) -> None:
+def test_rb9_drain_ack_refusals(store: ObjectStore) -> None:
     async def main() -> None:
         cluster = await started(store)
         transition = await draining_v2(cluster)
@@ -206,7 +206,7 @@ def test_drain_ack_refused_for_a_stale_or_dead_process(store: ObjectStore) -> No
     asyncio.run(main())
 
 
-def test_quorum_is_broken_by_a_restart(store: ObjectStore) -> None:
+def test_rb9_quorum_is_broken_by_a_restart(store: ObjectStore) -> None:
     async def main() -> None:
         cluster = await started(store)
         transition = await draining_v2(cluster)

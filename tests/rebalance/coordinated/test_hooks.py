@@ -79,7 +79,7 @@ async def commit_terminal(
     return terminal
 
 
-def test_t65_stopped_recovery_aborts_draining_head() -> None:
+def test_rb_t65_stopped_recovery_aborts_draining_head() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         draining = await scenario.drain((1, 1, 1, 1))
@@ -107,7 +107,7 @@ def test_t65_stopped_recovery_aborts_draining_head() -> None:
     asyncio.run(main())
 
 
-def test_t66_stopped_recovery_idempotent_after_abort() -> None:
+def test_rb_t66_stopped_recovery_idempotent_after_abort() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await scenario.drain((1, 1, 1, 1))
@@ -126,7 +126,7 @@ def test_t66_stopped_recovery_idempotent_after_abort() -> None:
     asyncio.run(main())
 
 
-def test_t66_stopped_recovery_idempotent_after_commit_with_intact_pin() -> None:
+def test_rb_t66_stopped_recovery_idempotent_after_commit_with_intact_pin() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await commit_terminal(scenario)
@@ -170,7 +170,7 @@ def test_stopped_recovery_settles_nothing_at_the_predecessor_and_refuses_other_r
     asyncio.run(main())
 
 
-def test_t67_stopped_recovery_yields_to_commit() -> None:
+def test_rb_t67_stopped_recovery_yields_to_commit() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         draining = await scenario.drain((1, 1, 1, 1))
@@ -195,7 +195,7 @@ def test_t67_stopped_recovery_yields_to_commit() -> None:
     asyncio.run(main())
 
 
-def test_t68_live_retry_yields_to_recovery() -> None:
+def test_rb_t68_live_retry_yields_to_recovery() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await scenario.drain((1, 1, 1, 1))
@@ -234,7 +234,7 @@ class ReplacementSourceEngine(RecordingEngine):
         await super().resolve_local_source_drain(drain, outcome, deadline=deadline)
 
 
-def test_t69_release_reapplies_terminal() -> None:
+def test_rb_t69_release_reapplies_terminal() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS, engine_type=ReplacementSourceEngine)
         terminal = await commit_terminal(scenario)
@@ -285,7 +285,7 @@ def test_release_refuses_a_draining_head_and_open_intake() -> None:
     asyncio.run(main())
 
 
-def test_t71_startup_selection() -> None:
+def test_rb_t71_startup_selection() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         ctx = scenario.ctx(1)
@@ -296,7 +296,7 @@ def test_t71_startup_selection() -> None:
     asyncio.run(main())
 
 
-def test_t71_startup_refuses_a_forged_transition() -> None:
+def test_rb_t71_startup_refuses_a_forged_transition() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         proof = scenario.cluster.controller(1).capture_leader_proof()
@@ -341,7 +341,7 @@ async def drained(
     )
 
 
-def test_t72_wait_until_drained_matrix() -> None:
+def test_rb_t72_wait_until_drained_matrix() -> None:
     async def main() -> None:
         scenario = await build((1, 2, 3), OWNERS)
         clock = scenario.clock
@@ -366,7 +366,7 @@ def test_t72_wait_until_drained_matrix() -> None:
     asyncio.run(main())
 
 
-def test_t72_wait_until_drained_needs_the_authority_for_a_terminal() -> None:
+def test_rb_t72_wait_until_drained_needs_the_authority_for_a_terminal() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await commit_terminal(scenario, (1, 1, 1, 1))

@@ -66,7 +66,7 @@ async def _faulted_nodes(rc: RecoveryCluster, leader: int) -> set[int]:
     return {fault.reporter for fault in inventory.faults}
 
 
-def test_t28_dead_owner_recovery() -> None:
+def test_rb_t28_dead_owner_recovery() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -103,7 +103,7 @@ def test_t28_dead_owner_recovery() -> None:
     run(body)
 
 
-def test_t48_replacement_process_aborts_then_recovers() -> None:
+def test_rb_t48_replacement_process_aborts_then_recovers() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 1), leader=1)
         v1 = await rc.head()
@@ -175,7 +175,7 @@ def test_replacement_leader_materializes_a_decision_for_its_previous_boot() -> N
     run(body)
 
 
-def test_t49_renewing_predecessor_blocks_recovery() -> None:
+def test_rb_t49_renewing_predecessor_blocks_recovery() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         await rc.checkpoint(1)
@@ -193,7 +193,7 @@ def test_t49_renewing_predecessor_blocks_recovery() -> None:
     run(body)
 
 
-def test_t50_recovery_retains_healthy_predecessor() -> None:
+def test_rb_t50_recovery_retains_healthy_predecessor() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (3, 5, 7, 9), (3, 9), leader=3)
         await rc.checkpoint(3)
@@ -212,7 +212,7 @@ def test_t50_recovery_retains_healthy_predecessor() -> None:
     run(body)
 
 
-def test_t51_quarantine_overrides_active() -> None:
+def test_rb_t51_quarantine_overrides_active() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -252,7 +252,7 @@ async def _in_flight(rc: RecoveryCluster, leader: int, checkpoint_id: int) -> No
     await decisions.create_recovery_capsule(capsule)
 
 
-def test_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
+def test_rb_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -292,7 +292,7 @@ def test_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
     run(body)
 
 
-def test_t53_unrestarted_replacement_boot_assignment() -> None:
+def test_rb_t53_unrestarted_replacement_boot_assignment() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1,), (1, 1), leader=1)
         old = rc.proc(1)
@@ -313,7 +313,7 @@ def test_t53_unrestarted_replacement_boot_assignment() -> None:
     run(body)
 
 
-def test_t70_recovery_pin_states() -> None:
+def test_rb_t70_recovery_pin_states() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         # Active, then Consumed (even after the old checkpoint's capsule is deleted).
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
@@ -340,7 +340,7 @@ def test_t70_recovery_pin_states() -> None:
     run(body)
 
 
-def test_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
+def test_rb_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2, 3, 4), (1, 2, 3, 1), leader=1)
         cut = await rc.checkpoint(1)
@@ -380,7 +380,7 @@ def test_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
 
 
 @pytest.mark.parametrize("handoff_in_flight", [False, True])
-def test_t74_dead_owner_draining_head_rollback(handoff_in_flight: bool) -> None:
+def test_rb_t74_dead_owner_draining_head_rollback(handoff_in_flight: bool) -> None:
     """With `handoff_in_flight` (simulation seeds 1245, 1462): the drain's handoff checkpoint
     wrote its capsule under v1 and never decided. Recovery from the rollback settles it as Abort
     like a predecessor attempt (it is older than the predecessor); it used to count as "neither
@@ -450,7 +450,7 @@ def test_recovery_audit_rejects_a_bare_successor() -> None:
     run(body)
 
 
-def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> None:
+def test_rb14_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> None:
     """LA-20: no cluster checkpoint ever committed, so the recovery decision names the initial
     state (nothing committed exists to restore or to lose): the leader restores empty, the
     predecessor can never commit afterwards, and the target's first Commit consumes the pin."""
@@ -496,7 +496,7 @@ def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> Non
     run(body)
 
 
-def test_portable_cut_validation() -> None:
+def test_rb14_portable_cut_validation() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
