@@ -64,6 +64,21 @@ def test_rb2_checker_1_owner_outside_the_roster() -> None:
     assert any("outside its roster" in v for v in checkers.violations), checkers.violations
 
 
+def test_rb19_checker_flags_a_changed_committed_version() -> None:
+    """Checker 1 remembers every committed version it saw; the durable head no longer matching
+    what it saw earlier (here: what it saw carries another timestamp) is a violation."""
+    simulation = finished_run()
+    checkers = fresh_checkers(simulation)
+    asyncio.run(checkers.check_history())
+    assert checkers.violations == []
+    version = max(checkers.committed)
+    seen = checkers.committed[version]
+    checkers.committed[version] = replace(seen, updated_at_ms=seen.updated_at_ms + 1)
+    asyncio.run(checkers.check_history())
+    changed = f"committed assignment v{version} changed after it was seen"
+    assert any(changed in v for v in checkers.violations), checkers.violations
+
+
 def test_rb10_checker_2_bare_successor() -> None:
     simulation = finished_run()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable
 from typing import TypeVar
 
 import msgspec
@@ -45,14 +44,13 @@ from laminar_cluster.rebalance.interfaces import CheckpointResult, SourceDrainOu
 from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.graceful import (
     Resolved,
-    prepare_and_announce_local_drain,
     reconcile_drain_publication,
 )
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
 from tests.rebalance.refusal_support import raises_because
-from tests.rebalance.scenario import Scenario, synchronous
+from tests.rebalance.scenario import Scenario, drive, follower_ack, synchronous
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "file"])
 V2_KEY = "control/assignment-snapshots/v00000000000000000002.json"
@@ -62,31 +60,6 @@ replace = msgspec.structs.replace
 
 async def keys(store: ObjectStore) -> list[str]:
     return [meta.key for meta in await store.list("")]
-
-
-async def drive(scenario: Scenario, work: Awaitable[T], *, step_s: float = 0.05) -> T:
-    """Run `work` while simulated time moves (leases renewed, views refreshed)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await scenario.cluster.advance(step_s, step_s=step_s)
-    return task.result()
-
-
-async def follower_ack(scenario: Scenario, node_id: int) -> None:
-    """What a predecessor follower's watcher does for a draining head (RB §4.11 A)."""
-    snapshots = scenario.cluster.snapshots
-    while True:
-        head = await snapshots.load()
-        if head is not None and head.draining:
-            break
-        await scenario.clock.sleep(0.05)
-    transition = head.drain_transition
-    assert transition is not None
-    ctx = scenario.ctx(node_id)
-    ctx.controller.publish_checkpoint_drain_transition(transition)
-    await prepare_and_announce_local_drain(
-        ctx, head, transition, ctx.me, deadline=scenario.cluster.deadline()
-    )
 
 
 async def joined(store: ObjectStore, *, v1_owners: tuple[int, ...] = (1, 1, 1, 1)) -> Scenario:
