@@ -6,6 +6,7 @@ A `Scenario` is a `cluster_support.Cluster` plus one `RecordingEngine` and one
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
 simulated clock, for code that sleeps or waits on deadlines; `with_watchers` runs a coroutine
 while every node's real snapshot watcher ticks and every running lease is renewed.
+`commit_terminal` commits a drain from v1 as the leader; `drained` runs `wait_until_drained`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeVar, cast
 
 from laminar_cluster.assignment.model import next_draining, snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
@@ -26,7 +27,10 @@ from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.node.selection import wait_until_drained
 from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import (
     GetResult,
@@ -248,3 +252,48 @@ class StalledListStore(ObjectStore):
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(key)
+
+
+async def commit_terminal(
+    scenario: Scenario, owners: tuple[int, ...] = (1, 1, 2, 2)
+) -> AssignmentSnapshot:
+    """A live Commit of the drain v1 -> `owners`, finalized by the leader."""
+    draining = await scenario.drain(owners)
+    handoff = await scenario.checkpoint(snapshot_fence(scenario.v1))
+    version = await finalize_drain_snapshot(
+        scenario.ctx(1),
+        draining,
+        scenario.v1,
+        SourceDrainOutcome.COMMIT,
+        handoff,
+        FinalizeMode.LIVE,
+    )
+    assert version == 2
+    terminal = await scenario.cluster.snapshots.load()
+    assert terminal is not None and not terminal.draining
+    return terminal
+
+
+async def drained(
+    scenario: Scenario,
+    me: int,
+    *,
+    authority: bool,
+    vnode_count: int = 4,
+    snapshots: AssignmentSnapshotStore | None = None,
+    wait_s: float = 1.0,
+) -> bool:
+    """`wait_until_drained` for node `me` within `wait_s` (with node 1's authority, or none)."""
+    clock = scenario.clock
+    return await drive(
+        clock,
+        wait_until_drained(
+            snapshots or scenario.cluster.snapshots,
+            scenario.cluster.node(1).authority if authority else None,
+            me,
+            vnode_count,
+            CONFIG.watcher_poll_s,
+            clock.monotonic() + wait_s,
+            clock,
+        ),
+    )

@@ -10,7 +10,6 @@ import pytest
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.model import next_draining, next_for_participants, snapshot_fence
-from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import rendezvous_assignment
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.authority.assignment_decisions import (
@@ -32,10 +31,8 @@ from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.loop import rebalance_attempt
 from laminar_cluster.rebalance.node.selection import (
     startup_committed_assignment,
-    wait_until_drained,
 )
 from laminar_cluster.rebalance.refusals import Refusal
-from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import open_store
 from tests.rebalance.engine.recording import RecordingEngine
@@ -44,6 +41,8 @@ from tests.rebalance.hooks_support import (
     Scenario,
     StalledListStore,
     build,
+    commit_terminal,
+    drained,
     drive,
     listing,
     with_watchers,
@@ -57,26 +56,6 @@ def stop_locally(scenario: Scenario, node_id: int) -> None:
     """Coordinated recovery's stop quorum reached this process (RB §4.18 preconditions)."""
     scenario.engine(node_id).enter_stopped_recovery()
     scenario.cluster.controller(node_id).set_recovering(True)
-
-
-async def commit_terminal(
-    scenario: Scenario, owners: tuple[int, ...] = (1, 1, 2, 2)
-) -> AssignmentSnapshot:
-    """A live Commit of the drain v1 -> `owners`, finalized by the leader."""
-    draining = await scenario.drain(owners)
-    handoff = await scenario.checkpoint(snapshot_fence(scenario.v1))
-    version = await finalize_drain_snapshot(
-        scenario.ctx(1),
-        draining,
-        scenario.v1,
-        SourceDrainOutcome.COMMIT,
-        handoff,
-        FinalizeMode.LIVE,
-    )
-    assert version == 2
-    terminal = await scenario.cluster.snapshots.load()
-    assert terminal is not None and not terminal.draining
-    return terminal
 
 
 def test_rb_t65_stopped_recovery_aborts_draining_head() -> None:
@@ -315,30 +294,6 @@ def test_rb_t71_startup_refuses_a_forged_transition() -> None:
             await startup_committed_assignment(scenario.ctx(1), forged)
 
     asyncio.run(main())
-
-
-async def drained(
-    scenario: Scenario,
-    me: int,
-    *,
-    authority: bool,
-    vnode_count: int = len(OWNERS),
-    snapshots: AssignmentSnapshotStore | None = None,
-    wait_s: float = 1.0,
-) -> bool:
-    clock = scenario.clock
-    return await drive(
-        clock,
-        wait_until_drained(
-            snapshots or scenario.cluster.snapshots,
-            scenario.cluster.node(1).authority if authority else None,
-            me,
-            vnode_count,
-            CONFIG.watcher_poll_s,
-            clock.monotonic() + wait_s,
-            clock,
-        ),
-    )
 
 
 def test_rb_t72_wait_until_drained_matrix() -> None:
