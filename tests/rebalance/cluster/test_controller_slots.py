@@ -266,8 +266,9 @@ def test_quorum_needs_the_leader_term_that_opened_the_drain(store: ObjectStore) 
 
 def test_rb9_ack_quorum_is_exactly_the_predecessor_roster(store: ObjectStore) -> None:
     """Predecessor {1, 2}, target {1, 2, 3}: the joiner can never ack and is never needed (a
-    durable ack of it changes nothing); the acks of 1 and 2 make the quorum; node 2's restart breaks it although its ack stays durable,
-    and the new boot cannot ack in the old boot's place."""
+    durable ack of it changes nothing); the acks of 1 and 2 make the quorum; node 2's restart
+    breaks it although its ack stays durable, and the new boot cannot ack in the old boot's
+    place."""
 
     async def main() -> None:
         cluster = await started(store)
