@@ -29,7 +29,6 @@ from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.selection import wait_until_drained
-from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import (
@@ -40,7 +39,7 @@ from laminar_cluster.store import (
     PutResult,
     open_store,
 )
-from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.cluster_support import Cluster, adoption_report
 from tests.rebalance.engine.recording import RecordingEngine
 
 T = TypeVar("T")
@@ -151,15 +150,7 @@ async def install(ctx: RebalanceContext, snapshot: AssignmentSnapshot) -> None:
     me = ctx.me
     if me in snapshot.participants:
         await ctx.controller.announce_adopted_assignment(
-            CheckpointAssignmentAdoption(
-                version=1,
-                participant=me,
-                assignment_version=fence.assignment_version,
-                vnode_count=fence.vnode_count,
-                assignment_digest=fence.assignment_digest,
-                vnode_state_ready=True,
-            ),
-            deadline=deadline,
+            adoption_report(fence, me, ready=True), deadline=deadline
         )
     ctx.controller.publish_checkpoint_assignment_fence(fence)
     activation = await ctx.engine.activate_authority(
@@ -224,34 +215,53 @@ async def listing(store: ObjectStore) -> list[tuple[str, str | None, int]]:
     return [(meta.key, meta.e_tag, meta.size) for meta in await store.list("")]
 
 
-class StalledListStore(ObjectStore):
-    """A store whose LIST never answers."""
+class PassThroughStore(ObjectStore):
+    """Forwards every request to `inner` once `before(op)` returns: a subclass stalls or fails
+    the requests it is about."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
-        self.never = asyncio.Event()
 
     @property
     def url(self) -> str:
         return self.inner.url
 
+    async def before(self, op: str) -> None:
+        """Called before each request (`get`, `head`, `put`, `list`, `delete`)."""
+
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        await self.before("get")
         return await self.inner.get(key, end=end)
 
     async def head(self, key: str) -> ObjectMeta:
+        await self.before("head")
         return await self.inner.head(key)
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        await self.before("put")
         return await self.inner.put(key, body, mode)
 
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:
-        await self.never.wait()
+        await self.before("list")
         return await self.inner.list(prefix, offset=offset, limit=limit)
 
     async def delete(self, key: str) -> None:
+        await self.before("delete")
         await self.inner.delete(key)
+
+
+class StalledListStore(PassThroughStore):
+    """A store whose LIST never answers."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.never = asyncio.Event()
+
+    async def before(self, op: str) -> None:
+        if op == "list":
+            await self.never.wait()
 
 
 async def commit_terminal(

@@ -23,10 +23,9 @@ from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import VnodeStateReady
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, LeaderCheckpointer
-from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 from laminar_cluster.rebalance.rotation.graceful import prepare_and_announce_local_drain
 from laminar_cluster.store import ObjectStore
-from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.cluster_support import Cluster, adoption_report
 from tests.rebalance.engine.recording import RecordingEngine
 
 P = ParamSpec("P")
@@ -129,14 +128,7 @@ class Scenario:
         fence = snapshot_fence(snapshot)
         me = controller.local_participant()
         await controller.announce_adopted_assignment(
-            CheckpointAssignmentAdoption(
-                version=1,
-                participant=me,
-                assignment_version=fence.assignment_version,
-                vnode_count=fence.vnode_count,
-                assignment_digest=fence.assignment_digest,
-                vnode_state_ready=fence.participant_incarnation(me.node_id) is not None,
-            ),
+            adoption_report(fence, me, ready=fence.participant_incarnation(me.node_id) is not None),
             deadline=deadline,
         )
         if fence.participant_incarnation(me.node_id) == me.boot_incarnation:

@@ -17,28 +17,20 @@ from laminar_cluster.authority.assignment_decisions import (
     new_drain_decision,
     record_assignment_drain_decision,
 )
-from laminar_cluster.errors import InvalidArgument, ObjectNotFound, Refused
+from laminar_cluster.errors import InvalidArgument, Refused
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.selection import startup_committed_assignment
 from laminar_cluster.rebalance.recovery.recover import adopt_any
 from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
-from laminar_cluster.store import ObjectStore
+from tests.rebalance.cluster_support import exists
 from tests.rebalance.hooks_support import build, drained
 from tests.rebalance.refusal_support import raises_because
 
 OWNERS = (1, 2, 1, 2)
 ABORT, COMMIT = SourceDrainOutcome.ABORT, SourceDrainOutcome.COMMIT
 LIVE, STOPPED = FinalizeMode.LIVE, FinalizeMode.STOPPED_RECOVERY
-
-
-async def finalized(store: ObjectStore, version: int) -> bool:
-    try:
-        await store.head(finalization_path(version))
-    except ObjectNotFound:
-        return False
-    return True
 
 
 def test_rb4_a_draining_head_moves_no_ownership() -> None:
@@ -100,6 +92,6 @@ def test_rb15_no_live_finalization_while_recovering() -> None:
         with raises_because(Refused, Refusal.COMMIT_WINNER):
             await finalize_drain_snapshot(ctx, draining, v1, ABORT, None, STOPPED)
         assert await cluster.snapshots.load() == draining
-        assert not await finalized(cluster.store, 2)
+        assert not await exists(cluster.store, finalization_path(2))
 
     asyncio.run(main())

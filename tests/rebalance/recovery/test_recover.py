@@ -30,7 +30,7 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
 )
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.errors import CorruptRecord, ObjectNotFound, Refused
+from laminar_cluster.errors import CorruptRecord, Refused
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import validate_portable_recovery_cut
@@ -49,16 +49,9 @@ from laminar_cluster.rebalance.recovery.recover import (
 from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.planner import predecessor_cut_unavailability, try_rebalance
 from laminar_cluster.store import ObjectStore
+from tests.rebalance.cluster_support import exists
 from tests.rebalance.recovery_support import RecoveryCluster, run
 from tests.rebalance.refusal_support import raises_because
-
-
-async def _exists(store: ObjectStore, key: str) -> bool:
-    try:
-        await store.head(key)
-    except ObjectNotFound:
-        return False
-    return True
 
 
 async def _faulted_nodes(rc: RecoveryCluster, leader: int) -> set[int]:
@@ -88,7 +81,7 @@ def test_rb_t28_dead_owner_recovery() -> None:
         assert [f.predecessor.node for f in decision.removed_process_fences] == [2]
         assert decision.removed_process_fences[0].predecessor.owner == rc.cluster.node(2).boot
         assert decision.recovery_checkpoint == cut
-        assert await _exists(store, materialization_path(2))
+        assert await exists(store, materialization_path(2))
         assert await rc.cluster.snapshots.load_drain_transition(2) is None
         assert leader.engine.cluster_intake_fenced()
         # The durable fault was published; the cold restore from `cut` is our Release, so the
@@ -186,7 +179,7 @@ def test_rb_t49_renewing_predecessor_blocks_recovery() -> None:
             await try_rebalance(leader.ctx, [1, 2])
         assert (await rc.head()).assignment_version == 1
         assert await assignment_recovery_decision(leader.node.authority, 2) is None
-        assert not await _exists(store, materialization_path(2))
+        assert not await exists(store, materialization_path(2))
         assert not leader.controller.is_recovering()
         assert await _faulted_nodes(rc, 1) == set()
 

@@ -38,7 +38,6 @@ from laminar_cluster.errors import (
     Fenced,
     InvalidArgument,
     LaminarError,
-    ObjectNotFound,
     Refused,
 )
 from laminar_cluster.fencing import CheckpointAssignmentFence
@@ -52,6 +51,7 @@ from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import ObjectStore, open_store
+from tests.rebalance.cluster_support import exists
 from tests.rebalance.hooks_support import build
 from tests.rebalance.recovery_support import RecoveryCluster, run
 from tests.rebalance.refusal_support import raises_because
@@ -65,14 +65,6 @@ replace = msgspec.structs.replace
 def drain_of(snapshot: AssignmentSnapshot) -> AssignmentDrainTransition:
     assert snapshot.drain_transition is not None
     return snapshot.drain_transition
-
-
-async def exists(store: ObjectStore, key: str) -> bool:
-    try:
-        await store.head(key)
-    except ObjectNotFound:
-        return False
-    return True
 
 
 def test_rb3_a_restarted_node_needs_a_new_version() -> None:

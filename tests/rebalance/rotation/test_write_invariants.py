@@ -27,64 +27,39 @@ from laminar_cluster.rebalance.rotation.finalize import (
 )
 from laminar_cluster.rebalance.rotation.graceful import execute_graceful_rotation
 from laminar_cluster.store import (
-    GetResult,
-    ObjectMeta,
-    ObjectStore,
     PutMode,
     PutResult,
     open_store,
 )
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
+from tests.rebalance.hooks_support import PassThroughStore, build, install
 from tests.rebalance.hooks_support import Scenario as HookScenario
-from tests.rebalance.hooks_support import build, install
 from tests.rebalance.scenario import Scenario, drive
 
 V2_KEY = snapshot_path(2)
 
 
-class SilentAfterLostCreate(ObjectStore):
+class SilentAfterLostCreate(PassThroughStore):
     """`inner` (a FaultyStore scripted to land the drain create and lose its answer); from that
     answer on, every request fails for `silence_s` of the clock."""
 
     def __init__(self, inner: FaultyStore, clock: Clock, silence_s: float) -> None:
-        self.inner, self.clock, self.silence_s = inner, clock, silence_s
+        super().__init__(inner)
+        self.clock, self.silence_s = clock, silence_s
         self.silent_until: float | None = None
         self.refused = 0
 
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    def _check(self) -> None:
+    async def before(self, op: str) -> None:
         if self.silent_until is not None and self.clock.monotonic() < self.silent_until:
             self.refused += 1
-            raise StoreUnavailable("the store does not answer")
-
-    async def get(self, key: str, *, end: int | None = None) -> GetResult:
-        self._check()
-        return await self.inner.get(key, end=end)
-
-    async def head(self, key: str) -> ObjectMeta:
-        self._check()
-        return await self.inner.head(key)
+            raise StoreUnavailable(f"the store does not answer a {op}")
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
-        self._check()
         try:
-            return await self.inner.put(key, body, mode)
+            return await super().put(key, body, mode)
         except WriteOutcomeUnknown:
             self.silent_until = self.clock.monotonic() + self.silence_s
             raise
-
-    async def list(
-        self, prefix: str, *, offset: str | None = None, limit: int | None = None
-    ) -> list[ObjectMeta]:
-        self._check()
-        return await self.inner.list(prefix, offset=offset, limit=limit)
-
-    async def delete(self, key: str) -> None:
-        self._check()
-        await self.inner.delete(key)
 
 
 def test_rb16_drain_create_holds_the_lock_until_settled() -> None:

@@ -9,28 +9,15 @@ import uuid
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
+from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.rebalance.cluster.slots import write_process_slot
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
-from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 from laminar_cluster.store import ObjectStore
+from tests.rebalance.cluster_support import adoption_report
 from tests.rebalance.watcher_support import WatchedCluster, run
 
 V1_OWNERS = (1, 2, 1, 2)
 V2_OWNERS = (1, 2, 3, 2)  # node 3 joins with vnode 2
-
-
-def report(
-    fence: CheckpointAssignmentFence, participant: FenceParticipant, *, ready: bool
-) -> CheckpointAssignmentAdoption:
-    return CheckpointAssignmentAdoption(
-        version=1,
-        participant=participant,
-        assignment_version=fence.assignment_version,
-        vnode_count=fence.vnode_count,
-        assignment_digest=fence.assignment_digest,
-        vnode_state_ready=ready,
-    )
 
 
 def test_rb18_fence_needs_exact_adoption_by_every_participant() -> None:
@@ -62,10 +49,10 @@ def test_rb18_fence_needs_exact_adoption_by_every_participant() -> None:
         assert await installed() == [False, False]  # node 3 has not reported
         three = cluster.proc(3).node.participant
         other_boot = FenceParticipant(node_id=3, boot_incarnation=str(uuid.uuid4()))
-        forged = report(fence, other_boot, ready=True)
+        forged = adoption_report(fence, other_boot, ready=True)
         await write_process_slot(store, clock, forged, deadline=cluster.deadline())
         assert await installed() == [False, False]  # another boot's report does not count
-        exact = report(fence, three, ready=False)
+        exact = adoption_report(fence, three, ready=False)
         await write_process_slot(store, clock, exact, deadline=cluster.deadline())
         assert await installed() == [True, True]  # readiness is not required
 
