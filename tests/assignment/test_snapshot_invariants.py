@@ -62,14 +62,17 @@ class History:
 
     @property
     def store(self) -> ObjectStore:
+        """The object store under the snapshot store."""
         return self.snaps.store
 
     async def head(self) -> AssignmentSnapshot:
+        """The effective head (never None: v1 is seeded first)."""
         head = await self.snaps.load()
         assert head is not None
         return head
 
     async def listing(self) -> dict[str, bytes]:
+        """Every object of the snapshot namespaces, by key, with its bytes."""
         found: dict[str, bytes] = {}
         for prefix in NAMESPACES:
             for meta in await self.store.list(prefix):

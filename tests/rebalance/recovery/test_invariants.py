@@ -72,6 +72,7 @@ async def record(
     fence: CheckpointAssignmentFence,
     verdict: CheckpointVerdict,
 ) -> object:
+    """Node 1 records `verdict` for the attempt of `ref` under `fence`; the authority's answer."""
     proc = rc.proc(1)
     proof = proc.controller.capture_leader_proof()
     assert proof is not None
@@ -100,6 +101,7 @@ def test_rb13_recovery_fences_only_removed_processes_first() -> None:
         leader, three, nine = rc.proc(5), rc.proc(3).me, rc.proc(9).me
 
         async def takeovers() -> dict[int, tuple[object, ...]]:
+            """Each node's recorded lease takeovers."""
             found = {}
             for node in (3, 5, 7, 9):
                 stored = await read_node_record(store, node)

@@ -63,6 +63,7 @@ replace = msgspec.structs.replace
 
 
 def drain_of(snapshot: AssignmentSnapshot) -> AssignmentDrainTransition:
+    """The drain transition of draining `snapshot`."""
     assert snapshot.drain_transition is not None
     return snapshot.drain_transition
 

@@ -50,11 +50,13 @@ class SilentAfterLostCreate(PassThroughStore):
         self.refused = 0
 
     async def before(self, op: str) -> None:
+        """StoreUnavailable while silent."""
         if self.silent_until is not None and self.clock.monotonic() < self.silent_until:
             self.refused += 1
             raise StoreUnavailable(f"the store does not answer a {op}")
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        """A lost answer starts the silence."""
         try:
             return await super().put(key, body, mode)
         except WriteOutcomeUnknown:
@@ -82,6 +84,7 @@ def test_rb16_drain_create_holds_the_lock_until_settled() -> None:
         adopted_at: list[float] = []
 
         async def adopt_meanwhile() -> None:
+            """Once the create landed (under the lock), adopt v1 again: it takes the lock."""
             while silent.silent_until is None:  # the create has landed, under the lock
                 await clock.sleep(0.01)
             await engine.adopt_assignment(v1, deadline=clock.monotonic() + 2 * silence_s)

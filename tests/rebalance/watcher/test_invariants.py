@@ -37,6 +37,7 @@ def test_rb18_fence_needs_exact_adoption_by_every_participant() -> None:
         running = (cluster.proc(1), cluster.proc(2))
 
         async def installed() -> list[bool]:
+            """After a tick of nodes 1 and 2: whether each runs with the v2 fence installed."""
             await cluster.tick(1, 2)
             states = []
             for proc in running:
