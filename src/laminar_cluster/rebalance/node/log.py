@@ -1,4 +1,4 @@
-"""Structured logs of a rebalance node: one JSON object per line (spec_rebalance §9 "Logging").
+"""Structured logs of a rebalance node: one JSON object per line (RB §9 "Logging").
 
 Every line starts with `ts` (wall-clock time, ISO 8601 UTC with milliseconds, from the Clock),
 `level` (DEBUG, INFO, WARNING or ERROR), `node`, `event` and `t_mono` (the Clock's monotonic
