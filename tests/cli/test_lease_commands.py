@@ -1,5 +1,5 @@
 """`laminar-cluster lease` and `laminar-cluster authority` (cli/lease_view.py,
-views/authority_audit.py; spec_leader_lease §2-§3, §4.1; invariants S1-S4, S11, S12, S19-S21).
+views/authority_audit.py; LA §2-§3, LA §4.1; invariants LA-1..LA-4, LA-11, LA-13, LA-16, LA-17).
 
 The commands run in-process (`run_lease`, `run_authority`) against a file:// store holding a
 history of three terms (a token rotation and a takeover), outcomes, a fault and its release, a

@@ -1,5 +1,5 @@
 """`laminar-cluster assignment --store URL [--version N] [--json]`: one assignment generation,
-read-only (spec_rebalance §2.3, §2.11; docs/protocols/assignment-snapshots.md).
+read-only (AS §2.3, AS §2.11; docs/protocols/assignment-snapshots.md).
 
 Shows the version (the head, or `--version N`), whether it is draining or committed and where
 the generation came from (raw object, drain finalization, recovery materialization), whether

@@ -1,10 +1,10 @@
 """`laminar-cluster lease --store URL` and `laminar-cluster authority --store URL`: the leader
-authority of a namespace, read-only (spec_leader_lease §2, §3.2, §3.4-§3.9, §4.1.1-§4.1.5).
+authority of a namespace, read-only (LA §2, LA §3.2, LA §3.4-§3.9, LA §4.1.1-§4.1.5).
 
 `lease` shows who holds the head: owner, fencing token, renewal sequence, sequence, the age of
 the head record (from the store's last_modified) and whether its `expires_at_ms` lies in the
 future by this machine's wall clock, labelled as a diagnostic: leadership is never decided by
-that field (S7). An empty namespace prints "no leader".
+that field (LA-7). An empty namespace prints "no leader".
 
 `authority` audits the whole log (`views.authority_audit`) and prints the decisions it finds:
 outcomes, assignment decisions, faults, releases, the catalog seal and the floors. Both exit 1

@@ -1,6 +1,6 @@
 """`laminar-cluster node --store URL --node-id N`: run one node process with the data plane on
 (`runtime.node.StreamNode`: the rebalance control plane, distributed checkpoints and the reference
-engine over the store's event log; spec_rebalance §1, §4.2, §4.17; issue 7) until SIGTERM or
+engine over the store's event log; RB §1, RB §4.2, RB §4.17; issue 7) until SIGTERM or
 SIGINT. A node whose event log is empty idles until a producer declares its partitions.
 
 Before anything starts: the store's first request (`store.diagnose`: a path under a regular

@@ -80,8 +80,8 @@ async def view_lease(store: ObjectStore, clock: Clock, *, judge: bool = True) ->
 
 
 async def _read_head(store: ObjectStore, view: LeaseView) -> LeaderAuthorityRecord | None:
-    """§4.1.4 read-only: the pointer's record, or its successor while a publication is pending
-    (S3); with no pointer, the discovered head (§4.1.5). A pointer that moves meanwhile is
+    """LA §4.1.4 read-only: the pointer's record, or its successor while a publication is pending
+    (LA-3); with no pointer, the discovered head (LA §4.1.5). A pointer that moves meanwhile is
     re-read, at most MAX_LEASE_HEAD_READ_ATTEMPTS times."""
     for _ in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         pointer = await read_pointer(store)

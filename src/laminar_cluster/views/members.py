@@ -1,4 +1,4 @@
-"""The node process leases as a one-shot reader finds them (upstream_context §1.3, §2.2;
+"""The node process leases as a one-shot reader finds them (ML §1.3, ML §2.2;
 docs/protocols/membership.md), with each record's liveness judged from its age.
 
 One bounded listing of `membership/nodes/` and one strict read per node. Each member gets

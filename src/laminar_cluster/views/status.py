@@ -1,6 +1,5 @@
 """What `laminar-cluster status` shows, read from the store and never written (issue 7 "the
-views", issue 17 "Truthful views"; upstream_context §1.3, §1.7-§1.10; spec_leader_lease
-§4.1.4; spec_rebalance §2.11).
+views", issue 17 "Truthful views"; ML §1.3, DC §1.7-§1.10, LA §4.1.4, AS §2.11).
 
 `StatusReader.read` gathers five sections, each on its own so one bad object hides only its
 own section (the problem names the object):
@@ -13,7 +12,7 @@ own section (the problem names the object):
   took over). The reader also keeps a `Discovery`, so `--watch` sees `suspected` and `dead`
   once a node's liveness identity stays unchanged for half or all of its ttl on this clock
   (ML-4) even when the store's clock disagrees with this one;
-* assignment: the head version of the snapshot store (the §2.11 overlay of `load_effective`),
+* assignment: the head version of the snapshot store (the AS §2.11 overlay of `load_effective`),
   draining or committed, vnodes per node;
 * last committed cluster checkpoint: the head's Commit link (or the floor's committed anchor
   when compacted), its age by the admitting record's last-modified time, and its references
