@@ -110,3 +110,10 @@ class Refusal(enum.Enum):
 def refused_because(error: BaseException, reason: Refusal) -> bool:
     """Is `error` a Refused for exactly `reason`?"""
     return isinstance(error, Refused) and error.reason is reason
+
+
+def predecessor_lost(version: int) -> Refused:
+    """Assignment `version - 1` is gone (pruned under a newer head): re-read and decide again."""
+    return Refused(
+        f"assignment {version}: lost predecessor {version - 1}", reason=Refusal.PREDECESSOR_LOST
+    )

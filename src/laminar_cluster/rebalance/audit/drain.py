@@ -28,7 +28,7 @@ from laminar_cluster.rebalance.audit.results import (
 )
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 
 def finalized_drain_outcome(
@@ -186,13 +186,6 @@ async def audit_exact_drain_head(
                 reason=Refusal.HEAD_MOVED,
             )
         return await audit_drain_predecessor(ctx, draining)
-
-
-def predecessor_lost(version: int) -> Refused:
-    """Assignment `version - 1` is gone (pruned under a newer head): re-read and decide again."""
-    return Refused(
-        f"assignment {version}: lost predecessor {version - 1}", reason=Refusal.PREDECESSOR_LOST
-    )
 
 
 def local_drain_participant(

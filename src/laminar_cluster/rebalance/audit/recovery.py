@@ -59,7 +59,6 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused, rest
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
-from laminar_cluster.rebalance.audit.drain import predecessor_lost
 from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
@@ -67,7 +66,7 @@ from laminar_cluster.rebalance.audit.results import (
 )
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import cut_name
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 __all__ = [
     "audit_recovery_generation",

@@ -48,11 +48,10 @@ from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
     audit_snapshot_authority_outcome,
     finalized_drain_outcome,
-    predecessor_lost,
     verdict_outcome,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 logger: Final = logging.getLogger(__name__)
 
