@@ -19,12 +19,9 @@ from laminar_cluster.authority.assignment_decisions import assignment_drain_deci
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.errors import Refused, StoreUnavailable, WriteOutcomeUnknown
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
-from laminar_cluster.rebalance.rotation.finalize import (
-    FinalizeMode,
-    finalize_drain_snapshot,
-    prune_after,
-)
+from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.graceful import execute_graceful_rotation
 from laminar_cluster.store import (
     PutMode,
@@ -34,7 +31,7 @@ from laminar_cluster.store import (
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
 from tests.rebalance.hooks_support import PassThroughStore, build, install
 from tests.rebalance.hooks_support import Scenario as HookScenario
-from tests.rebalance.scenario import Scenario, drive
+from tests.rebalance.scenario import CONFIG, Scenario, drive
 
 V2_KEY = snapshot_path(2)
 
@@ -70,7 +67,12 @@ def test_rb16_drain_create_holds_the_lock_until_settled() -> None:
     adoption waits on the adoption lock the whole time, and the rotation then goes on."""
 
     async def main() -> None:
-        scenario = await Scenario.start(open_store("memory://"), SimulatedClock(seed=5), (1, 2))
+        # The acks arrive between simulated steps while store requests take real time: a
+        # 10 s ack timeout (40 steps) leaves room for a loaded host (1 s failed at load 16).
+        config = dataclasses.replace(CONFIG, drain_ack_timeout_s=10.0)
+        scenario = await Scenario.start(
+            open_store("memory://"), SimulatedClock(seed=5), (1, 2), config=config
+        )
         await scenario.bring_up((1, 1, 1, 1))
         clock, cluster = scenario.clock, scenario.cluster
         v1 = await cluster.snapshots.load()

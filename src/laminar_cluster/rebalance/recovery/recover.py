@@ -16,7 +16,7 @@ restores cold from the recovery checkpoint.
   (RB §4.14) and `require_recovery_cold_bootstrap`: adopt a recovery generation locally.
 * `abort_predecessor_checkpoint_for_recovery` (RB §4.10) lives in `recovery_inflight`.
 
-Pruning after materialization runs inline and best effort (`finalize.prune_after`), not in a
+Pruning after materialization runs inline and best effort (`history.prune_after`), not in a
 background task: STYLE forbids tasks outside a TaskGroup, and an inline prune cannot be lost.
 
 Errors: no live leader proof is Fenced; a process that still renews is Refused (PROCESS_RENEWED,
@@ -68,13 +68,13 @@ from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
     suspend_recovery_assignment_authority,
 )
+from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import EngineState, cut_name, recovery_cut
 from laminar_cluster.rebalance.recovery.inflight import (
     abort_predecessor_checkpoint_for_recovery,
     settle_predecessor_checkpoint,
 )
 from laminar_cluster.rebalance.refusals import Refusal
-from laminar_cluster.rebalance.rotation.finalize import prune_after
 
 __all__ = [
     "abort_predecessor_checkpoint_for_recovery",

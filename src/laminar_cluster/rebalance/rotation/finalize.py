@@ -27,7 +27,6 @@ from laminar_cluster.assignment.model import (
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Conflict
-from laminar_cluster.authority.assignment_chain import prune_assignment_drain_decisions_before
 from laminar_cluster.authority.assignment_decisions import (
     DecisionConflict,
     new_drain_decision,
@@ -54,6 +53,7 @@ from laminar_cluster.lease.records import (
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
 from laminar_cluster.rebalance.audit.drain import finalized_drain_outcome, local_drain_participant
 from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.refusals import Refusal
 
@@ -247,24 +247,3 @@ def clear_settled_source_drain(
             "the settled source-drain transition could not be cleared",
             reason=Refusal.TRANSITION_DIFFERS,
         )
-
-
-async def prune_after(ctx: RebalanceContext, version: int, proof: object) -> None:
-    """Keep the pair [v-1, v]: snapshots first, then decisions (RB-17). Best effort."""
-    before = version - 1
-    if before <= 0:
-        return
-    try:
-        await ctx.snapshots.prune_before(before)
-    except LaminarError as error:
-        logger.warning("assignment snapshot prune before %d failed: %s", before, error)
-        return
-    current = ctx.controller.capture_leader_proof()
-    if current is None or current != proof:
-        return
-    try:
-        await prune_assignment_drain_decisions_before(
-            ctx.authority, current, before, deadline=ctx.head_deadline()
-        )
-    except LaminarError as error:
-        logger.warning("assignment decision prune before %d failed: %s", before, error)
