@@ -32,7 +32,7 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import SimulatedClock
 from laminar_cluster.errors import CorruptRecord, Refused
 from laminar_cluster.lease.records import AssignmentVerdict
-from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import validate_portable_recovery_cut
 from laminar_cluster.rebalance.audit.results import PinState
 from laminar_cluster.rebalance.engine.handoff_checkpoint import (

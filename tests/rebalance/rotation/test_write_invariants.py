@@ -18,7 +18,7 @@ from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.authority.assignment_decisions import assignment_drain_decision
 from laminar_cluster.clock import Clock, SimulatedClock
 from laminar_cluster.errors import Refused, StoreUnavailable, WriteOutcomeUnknown
-from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot

@@ -16,14 +16,16 @@ from __future__ import annotations
 from laminar_cluster.assignment.model import is_rollback, snapshot_fence, to_vnode_vec
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.assignment_decisions import assignment_drain_decision
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused
-from laminar_cluster.fencing import FenceParticipant
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition, AssignmentVerdict
 from laminar_cluster.lease.validate_chains import lease_matches_proof
 from laminar_cluster.rebalance.audit.results import (
-    AuditedAssignmentAuthority,
     AuditedDrainOutcome,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
@@ -59,32 +61,24 @@ def verdict_outcome(verdict: AssignmentVerdict) -> SourceDrainOutcome:
     return SourceDrainOutcome(verdict.value)
 
 
-async def audit_snapshot_authority_outcome(
-    ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
-) -> AuditedAssignmentAuthority:
-    """RB §4.16 `audit_snapshot_authority_outcome`, bounded by `deadline`."""
-    version = snapshot.assignment_version
-    async with within_deadline(ctx.clock, deadline, f"assignment {version} authority audit"):
-        if snapshot.draining or version == 1:
-            return AuditedAssignmentAuthority(target_version=version)
-        transition = await ctx.snapshots.load_drain_transition(version)
-        if transition is None:
-            from laminar_cluster.rebalance.audit.recovery import audit_recovery_generation
-
-            return await audit_recovery_generation(ctx, snapshot)
-        terminal = await audit_materialized_drain_transition(ctx, snapshot, transition)
-        return AuditedAssignmentAuthority(
-            target_version=version, predecessor=transition.predecessor, terminal=terminal
-        )
-
-
 async def audit_materialized_drain_transition(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, transition: AssignmentDrainTransition
 ) -> AuditedDrainOutcome:
     """A drain terminal: its decision, its exact committed predecessor and its verdict."""
+    return await audit_drain_edge(ctx.snapshots, ctx.authority, snapshot, transition)
+
+
+async def audit_drain_edge(
+    snapshots: AssignmentSnapshotStore,
+    authority: LeaderLeaseStore,
+    snapshot: AssignmentSnapshot,
+    transition: AssignmentDrainTransition,
+) -> AuditedDrainOutcome:
+    """`audit_materialized_drain_transition` on the stores alone (a leaving process may have no
+    engine, hence no RebalanceContext: node/selection.py)."""
     version = snapshot.assignment_version
     key = snapshot_path(version)
-    decision = await assignment_drain_decision(ctx.authority, version)
+    decision = await assignment_drain_decision(authority, version)
     if decision is None:
         raise CorruptRecord(
             f"assignment {version}: materialized drain outcome without an authority decision",
@@ -97,15 +91,9 @@ async def audit_materialized_drain_transition(
             key=key,
             reason=Refusal.DECISION_MISMATCH,
         )
-    predecessor = await ctx.snapshots.load_version(version - 1)
-    if predecessor is None:
-        raise predecessor_lost(version)
-    if predecessor.draining or snapshot_fence(predecessor) != transition.predecessor:
-        raise CorruptRecord(
-            f"assignment {version}: drain terminal does not bind its exact committed predecessor",
-            key=key,
-            reason=Refusal.PREDECESSOR_NOT_BOUND,
-        )
+    await require_committed_predecessor(
+        snapshots, version, transition.predecessor, what=f"assignment {version}: drain terminal"
+    )
     outcome = finalized_drain_outcome(transition, snapshot)
     if outcome is not verdict_outcome(decision.verdict):
         raise CorruptRecord(
@@ -117,6 +105,35 @@ async def audit_materialized_drain_transition(
     return AuditedDrainOutcome(
         transition=transition, outcome=outcome, handoff_checkpoint=decision.handoff_checkpoint
     )
+
+
+async def require_committed_predecessor(
+    snapshots: AssignmentSnapshotStore,
+    version: int,
+    expected: CheckpointAssignmentFence | None,
+    *,
+    what: str,
+) -> AssignmentSnapshot:
+    """Version `version - 1`, committed and certified exactly by `expected` (RB-3); a pruned
+    one is Refused (re-read: a newer head pruned it), any other is CorruptRecord."""
+    predecessor = await snapshots.load_version(version - 1)
+    if predecessor is None:
+        raise predecessor_lost(version)
+    if predecessor.draining or fence_or_none(predecessor) != expected:
+        raise CorruptRecord(
+            f"{what} does not bind its exact committed predecessor",
+            key=snapshot_path(version),
+            reason=Refusal.PREDECESSOR_NOT_BOUND,
+        )
+    return predecessor
+
+
+def fence_or_none(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence | None:
+    """The snapshot's certificate, or None when it has none (version 0, a malformed map)."""
+    try:
+        return snapshot_fence(snapshot)
+    except ShapeViolation:
+        return None
 
 
 async def audit_drain_predecessor(

@@ -59,6 +59,7 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused, rest
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
+from laminar_cluster.rebalance.audit.drain import require_committed_predecessor
 from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
@@ -66,7 +67,7 @@ from laminar_cluster.rebalance.audit.results import (
 )
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import cut_name
-from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
+from laminar_cluster.rebalance.refusals import Refusal
 
 __all__ = [
     "audit_recovery_generation",
@@ -150,15 +151,9 @@ async def _check_materialization(
             key=key,
             reason=Refusal.DECISION_MISMATCH,
         )
-    predecessor = await ctx.snapshots.load_version(version - 1)
-    if predecessor is None:
-        raise predecessor_lost(version)
-    if predecessor.draining or snapshot_fence(predecessor) != decision.predecessor:
-        raise CorruptRecord(
-            f"recovery assignment {version} does not bind its exact committed predecessor",
-            key=key,
-            reason=Refusal.PREDECESSOR_NOT_BOUND,
-        )
+    await require_committed_predecessor(
+        ctx.snapshots, version, decision.predecessor, what=f"recovery assignment {version}"
+    )
 
 
 async def _active(

@@ -29,10 +29,8 @@ from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.rebalance.audit.binding import durable_fence
-from laminar_cluster.rebalance.audit.drain import (
-    audit_snapshot_authority_outcome,
-    local_drain_participant,
-)
+from laminar_cluster.rebalance.audit.drain import local_drain_participant
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import EngineState, SourceDrainOutcome

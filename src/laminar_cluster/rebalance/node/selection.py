@@ -24,12 +24,11 @@ import logging
 import math
 from typing import Final
 
-from laminar_cluster.assignment.model import snapshot_fence, to_vnode_vec
+from laminar_cluster.assignment.model import to_vnode_vec
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.assignment_decisions import (
-    assignment_drain_decision,
     assignment_recovery_decision,
 )
 from laminar_cluster.clock import Clock, within_deadline
@@ -42,16 +41,16 @@ from laminar_cluster.errors import (
     Refused,
     restated,
 )
-from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
-    audit_snapshot_authority_outcome,
-    finalized_drain_outcome,
-    verdict_outcome,
+    audit_drain_edge,
+    fence_or_none,
+    require_committed_predecessor,
 )
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
+from laminar_cluster.rebalance.refusals import Refusal
 
 logger: Final = logging.getLogger(__name__)
 
@@ -98,7 +97,7 @@ async def _retained_predecessor(
             f"draining assignment {version} has no retained committed predecessor {prior_version}",
             reason=Refusal.PREDECESSOR_LOST,
         )
-    if prior.draining or _fence_or_none(prior) != transition.predecessor:
+    if prior.draining or fence_or_none(prior) != transition.predecessor:
         what = "has a draining" if prior.draining else "does not bind retained"
         raise CorruptRecord(
             f"draining assignment {version} {what} predecessor {prior_version}",
@@ -207,41 +206,9 @@ async def audit_head_with_authority(
             if transition is None:
                 await _audit_recovery_edge(snapshots, authority, snapshot)
             else:
-                await _audit_drain_edge(snapshots, authority, snapshot, transition)
+                await audit_drain_edge(snapshots, authority, snapshot, transition)
     except LaminarError as error:
         raise restated(error, f"assignment {version} authority audit: {error}") from error
-
-
-async def _audit_drain_edge(
-    snapshots: AssignmentSnapshotStore,
-    authority: LeaderLeaseStore,
-    snapshot: AssignmentSnapshot,
-    transition: AssignmentDrainTransition,
-) -> None:
-    version = snapshot.assignment_version
-    key = snapshot_path(version)
-    decision = await assignment_drain_decision(authority, version)
-    if decision is None:
-        raise CorruptRecord(
-            f"assignment {version}: materialized drain outcome without an authority decision",
-            key=key,
-            reason=Refusal.NO_AUTHORITY_DECISION,
-        )
-    if decision.transition != transition:
-        raise CorruptRecord(
-            f"assignment {version}: the drain decision names a different transition",
-            key=key,
-            reason=Refusal.DECISION_MISMATCH,
-        )
-    await _committed_predecessor(snapshots, version, transition.predecessor)
-    outcome = finalized_drain_outcome(transition, snapshot)
-    if outcome is not verdict_outcome(decision.verdict):
-        raise CorruptRecord(
-            f"assignment {version}: materialized {outcome.value} contradicts the authority "
-            f"verdict {decision.verdict.value}",
-            key=key,
-            reason=Refusal.TERMINAL_MISMATCH,
-        )
 
 
 async def _audit_recovery_edge(
@@ -257,31 +224,12 @@ async def _audit_recovery_edge(
             reason=Refusal.NO_AUTHORITY_DECISION,
         )
     proposal = await snapshots.load_recovery_proposal_snapshot(decision.proposal)
-    if proposal != snapshot or _fence_or_none(proposal) != decision.target:
+    if proposal != snapshot or fence_or_none(proposal) != decision.target:
         raise CorruptRecord(
             f"assignment {version} does not match its authorized recovery proposal",
             key=key,
             reason=Refusal.DECISION_MISMATCH,
         )
-    await _committed_predecessor(snapshots, version, decision.predecessor)
-
-
-async def _committed_predecessor(
-    snapshots: AssignmentSnapshotStore, version: int, expected: CheckpointAssignmentFence
-) -> None:
-    predecessor = await snapshots.load_version(version - 1)
-    if predecessor is None:
-        raise predecessor_lost(version)
-    if predecessor.draining or _fence_or_none(predecessor) != expected:
-        raise CorruptRecord(
-            f"assignment {version}: successor does not bind its exact committed predecessor",
-            key=snapshot_path(version),
-            reason=Refusal.PREDECESSOR_NOT_BOUND,
-        )
-
-
-def _fence_or_none(snapshot: AssignmentSnapshot) -> CheckpointAssignmentFence | None:
-    try:
-        return snapshot_fence(snapshot)
-    except ShapeViolation:
-        return None
+    await require_committed_predecessor(
+        snapshots, version, decision.predecessor, what=f"assignment {version}: successor"
+    )

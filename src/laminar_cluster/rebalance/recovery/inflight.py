@@ -70,7 +70,7 @@ from laminar_cluster.clock import within_deadline
 from laminar_cluster.errors import CorruptRecord, Fenced, InvalidArgument, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import load_portable_cut, recovery_decision
 from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,

@@ -59,7 +59,7 @@ from laminar_cluster.rebalance.audit.binding import (
     certifies_another_boot,
     local_recovery_assignment_scope,
 )
-from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import load_portable_cut, recovery_decision
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority
 from laminar_cluster.rebalance.context import RebalanceContext

@@ -35,7 +35,7 @@ from laminar_cluster.errors import (
 )
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
-from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import suspend_local_assignment_authority

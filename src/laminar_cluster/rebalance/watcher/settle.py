@@ -26,11 +26,8 @@ from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import CorruptRecord, DeadlineExceeded, LaminarError, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.audit.drain import (
-    audit_exact_drain_head,
-    audit_snapshot_authority_outcome,
-    local_drain_participant,
-)
+from laminar_cluster.rebalance.audit.drain import audit_exact_drain_head, local_drain_participant
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import suspend_local_assignment_authority

@@ -35,11 +35,8 @@ from laminar_cluster.assignment.digest import drain_id
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.rebalance.audit.binding import RecoveryScope, local_recovery_assignment_scope
-from laminar_cluster.rebalance.audit.drain import (
-    audit_drain_predecessor,
-    audit_snapshot_authority_outcome,
-    local_drain_participant,
-)
+from laminar_cluster.rebalance.audit.drain import audit_drain_predecessor, local_drain_participant
+from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority, AuditedDrainOutcome
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.gates import (
