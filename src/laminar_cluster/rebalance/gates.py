@@ -79,13 +79,8 @@ async def close_local_assignment_authority(
 
 async def suspend_local_assignment_authority(ctx: RebalanceContext, *, deadline: float) -> None:
     """Fail closed but resumable: the certificate and its sequence domain are kept (RB §4.15)."""
-    _withdraw(ctx, invalidate=False)
-    await _lock(ctx, deadline, "suspension")
-    try:
-        _withdraw(ctx, invalidate=False)
-    finally:
-        ctx.engine.adoption_lock.release()
-    await _drain_execution(ctx, deadline, "suspension")
+    _withdraw(ctx, invalidate=False)  # at once, before waiting for the lock
+    await suspend_recovery_assignment_authority(ctx, deadline=deadline)
 
 
 async def suspend_recovery_assignment_authority(ctx: RebalanceContext, *, deadline: float) -> None:
