@@ -12,6 +12,7 @@ vnode is unchanged since the last committed cut (DC-16).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from laminar_cluster.coordinator.host import Cut, VnodeCut
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.participant import CheckpointParticipant
-from laminar_cluster.coordinator.paths import prepare_path
+from laminar_cluster.coordinator.paths import CHECKPOINTS_PREFIX, POINTER_PATH, prepare_path
 from laminar_cluster.coordinator.pointer import write_pointer
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import Refused
@@ -35,6 +36,14 @@ from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.store import CREATE, ObjectStore, open_store
+from laminar_cluster.store.api import (
+    GetResult,
+    ObjectMeta,
+    PutMode,
+    PutResult,
+    delete_requests,
+)
+from laminar_cluster.store.forwarding import ForwardingStore
 from tests.assignment.snapshot_support import participant, snapshot
 
 TTL_S = 60.0
@@ -217,3 +226,61 @@ async def point_at_verdict(
 ) -> None:
     """The pointer after a leader recorded `verdict` for a prepare `write_prepare` wrote."""
     await write_pointer(cluster.store, cluster.prepares[attempt.checkpoint_id], verdict)
+
+
+class ProtocolCounter(ForwardingStore):
+    """Counts requests as S3 bills them, by (protocol, operation): `pointer` (the checkpoint
+    pointer), `checkpoint` (every other object under `checkpoints/`) and `authority` (the leader
+    authority and the decision store: everything else). A conditional or ranged GET is a `get`;
+    `delete_many` is one `delete` per 1,000 keys."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def total(self, protocol: str) -> int:
+        return sum(n for (p, _), n in self.counts.items() if p == protocol)
+
+    def _note(self, op: str, key: str, requests: int = 1) -> None:
+        if key == POINTER_PATH:
+            protocol = "pointer"
+        elif key.startswith(CHECKPOINTS_PREFIX):
+            protocol = "checkpoint"
+        else:
+            protocol = "authority"
+        self.counts[protocol, op] += requests
+
+    async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        self._note("get", key)
+        return await self.inner.get(key, end=end)
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        self._note("get", key)
+        return await self.inner.get_if_changed(key, e_tag)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        self._note("get", key)
+        return await self.inner.get_range(key, start, end)
+
+    async def head(self, key: str) -> ObjectMeta:
+        self._note("head", key)
+        return await self.inner.head(key)
+
+    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        self._note("put", key)
+        return await self.inner.put(key, body, mode)
+
+    async def list(
+        self, prefix: str, *, offset: str | None = None, limit: int | None = None
+    ) -> list[ObjectMeta]:
+        self._note("list", prefix)
+        return await self.inner.list(prefix, offset=offset, limit=limit)
+
+    async def delete(self, key: str) -> None:
+        self._note("delete", key)
+        await self.inner.delete(key)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._note("delete", keys[0], delete_requests(len(keys)))
+        await self.inner.delete_many(keys)
