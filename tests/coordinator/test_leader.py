@@ -19,6 +19,7 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
 )
 from laminar_cluster.codec import sha256_hex
+from laminar_cluster.coordinator.collect import Expected, collect_acks
 from laminar_cluster.coordinator.leader import _Unsettled
 from laminar_cluster.coordinator.objects import (
     EMPTY_STATE_SHA256,
@@ -251,5 +252,58 @@ def test_no_checkpoint_without_a_leader_proof(url: str) -> None:
         result = await checkpoint(cluster)
         assert not result.success and "not the leader" in str(result.error)
         assert await prepared_ids(cluster) == []
+
+    run(url, body)
+
+
+def test_dc19_a_lost_participant_aborts_the_collection_at_once(url: str) -> None:
+    """The membership view holds node 3 lost while its manifest is missing: Abort at once,
+    long before the deadline."""
+
+    async def body(cluster: Cluster) -> None:
+        cluster.leader.lost = lambda fence: {3}
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]  # node 3 is down
+        async with cluster.running(participants):
+            started = cluster.clock.monotonic()
+            result = await checkpoint(cluster, deadline_s=20.0)
+            took_s = cluster.clock.monotonic() - started
+        assert not result.success and "participants 3 are suspected, dead" in str(result.error)
+        assert took_s < 5.0  # not at the collection deadline (19.5 s)
+        ids = await prepared_ids(cluster)
+        assert (await outcome_of(cluster, ids[-1])).verdict is CheckpointVerdict.ABORT
+        assert cluster.leader.last is not None and 3 in cluster.leader.last.missing
+
+    run(url, body)
+
+
+def test_dc19_a_participant_lost_after_its_ack_still_counts(url: str) -> None:
+    """A lost participant whose manifest is there (it acked, then was lost) is sealed: the
+    collection polls once before it gives up on it."""
+
+    async def body(cluster: Cluster) -> None:
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
+        async with cluster.running(participants):
+            result = await checkpoint(cluster)
+        assert result.success, result.error
+        attempt = CheckpointAttempt.canonical(result.checkpoint_id)
+        body_of_prepare = (await cluster.store.get(prepare_path(attempt.checkpoint_id))).body
+
+        async def no_baseline() -> None:
+            return None
+
+        expected = Expected(
+            attempt, cluster.fence, cluster.owners, sha256_hex(body_of_prepare), no_baseline
+        )
+        collection = await collect_acks(
+            cluster.store,
+            cluster.clock,
+            expected,
+            poll_s=5.0,  # a poll only at once: the wait would outlast the test
+            first_wait_s=5.0,
+            until=cluster.deadline(10.0),
+            lost=lambda fence: {1, 2, 3},
+        )
+        assert sorted(collection.sealed) == [1, 2, 3] and collection.lost == ()
+        assert collection.polls == 1
 
     run(url, body)

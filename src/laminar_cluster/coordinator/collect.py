@@ -104,13 +104,12 @@ async def collect_acks(
     collection = Collection()
     wait_s, backoff_s = max(poll_s, first_wait_s), poll_s
     for _ in range(POLLS_MAX):
-        if _lost(collection, fence, lost):
-            return collection
         remaining_s = until - clock.monotonic()
         if remaining_s <= 0:
             return collection
-        await clock.sleep(min(wait_s, remaining_s))
-        wait_s, backoff_s = backoff_s, min(2 * backoff_s, max(poll_s, BACKOFF_MAX_S))
+        if not _gone(collection, fence, lost):  # a lost participant: poll at once to confirm
+            await clock.sleep(min(wait_s, remaining_s))
+            wait_s, backoff_s = backoff_s, min(2 * backoff_s, max(poll_s, BACKOFF_MAX_S))
         collection.polls += 1
         try:
             await _poll(store, expected, by_node, collection)
@@ -118,18 +117,20 @@ async def collect_acks(
             collection.store_errors += 1
         if collection.rejected is not None or len(collection.sealed) == len(by_node):
             return collection
+        collection.lost = _gone(collection, fence, lost)
+        if collection.lost:
+            return collection
     return collection
 
 
-def _lost(
+def _gone(
     collection: Collection, fence: CheckpointAssignmentFence, lost: LostParticipants | None
-) -> bool:
-    """DC-19: a missing participant is lost: note it and end the collection."""
+) -> tuple[int, ...]:
+    """DC-19: the missing participants the membership view holds lost."""
     if lost is None:
-        return False
+        return ()
     gone = lost(fence)
-    collection.lost = tuple(n for n in collection.missing(fence) if n in gone)
-    return bool(collection.lost)
+    return tuple(n for n in collection.missing(fence) if n in gone)
 
 
 async def _poll(
