@@ -261,7 +261,7 @@ def test_dc19_a_lost_participant_aborts_the_collection_at_once(url: str) -> None
     long before the deadline."""
 
     async def body(cluster: Cluster) -> None:
-        cluster.leader.lost = lambda fence: {3}
+        cluster.leader.collector.lost = lambda fence: {3}
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]  # node 3 is down
         async with cluster.running(participants):
             started = cluster.clock.monotonic()

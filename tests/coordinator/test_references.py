@@ -92,11 +92,11 @@ def test_dc16_a_new_leader_checks_references_against_the_last_commit_it_reads(ur
         hosts = [cluster.host(n, vary=False) for n in (1, 2, 3)]
         async with cluster.running([cluster.participant(h) for h in hosts]):
             first = await checkpoint(cluster)
-            cluster.leader._committed = None  # as a new instance: it knows no slice
+            cluster.leader.collector.committed = None  # as a new instance: it knows no slice
             second = await checkpoint(cluster)
         assert await states(cluster) == {state_path(first, n) for n in (1, 2, 3)}
-        assert cluster.leader._committed is not None
-        assert cluster.leader._committed.checkpoint_id == second
+        assert cluster.leader.collector.committed is not None
+        assert cluster.leader.collector.committed.checkpoint_id == second
 
     asyncio.run(main())
 

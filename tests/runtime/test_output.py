@@ -132,6 +132,19 @@ async def decide(
     )
 
 
+async def one_commit() -> ObjectStore:
+    """A memory:// store where attempt 1 committed nodes 1 and 2's outputs."""
+    store = open_store("memory://")
+    leader = open_leader(store, 1)
+    proof = await elect(leader)
+    manifests = {
+        1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+        2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+    }
+    await decide(leader, proof, 1, manifests)
+    return store
+
+
 async def committed(store: ObjectStore) -> CommittedOutput[AggregateRecord]:
     authority = open_output_authority(store, RealClock())
     return await read_committed_output(authority, decode_aggregate_records, deadline=far())
@@ -170,14 +183,7 @@ def test_dc11_an_output_changed_after_the_commit_hides_it() -> None:
     another manifest, never shown."""
 
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
         key = manifest_path(1, 2)
         other = manifest_of(1, NODE_2, [(2, 5, 5)])
         await store.put(key, encode_record(other, key=key), OVERWRITE)
@@ -219,14 +225,7 @@ def test_dc11_participant_outside_the_fence_is_hidden() -> None:
 
 def test_dc11_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
         # Node 1's manifest replaced by other bytes (same output digest, other vnodes).
         key = manifest_path(1, 1)
         manifest = msgspec.json.decode((await store.get(key)).body, type=ParticipantManifest)
@@ -245,14 +244,7 @@ def test_dc11_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
 
 def test_committed_output_missing_from_the_store_is_reported() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
         await store.delete(manifest_path(1, 2))
         result = await committed(store)
         assert result.records == [(1, 1, 1)]
@@ -265,14 +257,7 @@ def test_committed_output_missing_from_the_store_is_reported() -> None:
 
 def test_malformed_output_of_a_committed_attempt_is_corrupt() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
         await store.put(manifest_path(1, 1), b'{"version":2}', OVERWRITE)
         with pytest.raises(CorruptRecord):
             await committed(store)
@@ -293,14 +278,7 @@ def test_dc17_a_store_of_the_old_layout_is_refused_by_the_reader() -> None:
             ("checkpoints/attempt=00000000000000000001/vnode=00003.json", b"{}"),
             (manifest_path(1, 1), b'{"version":1,"attempt":{}}'),
         ):
-            store = open_store("memory://")
-            leader = open_leader(store, 1)
-            proof = await elect(leader)
-            manifests = {
-                1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-                2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-            }
-            await decide(leader, proof, 1, manifests)
+            store = await one_commit()
             await store.put(key, body, OVERWRITE)
             with pytest.raises(
                 InvalidArgument, match=f"^{key}: written by the old checkpoint layout 1"

@@ -24,7 +24,8 @@ from collections.abc import Collection as Container
 from dataclasses import dataclass, field
 from typing import Final
 
-from laminar_cluster.checkpoint.records import CheckpointAttempt
+from laminar_cluster.checkpoint import DecisionStore
+from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointOutcome
 from laminar_cluster.clock import Clock
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.objects import manifest_output, read_manifest
@@ -33,12 +34,14 @@ from laminar_cluster.coordinator.paths import (
     manifest_prefix,
     parse_manifest_path,
 )
-from laminar_cluster.coordinator.records import VnodeSlice
+from laminar_cluster.coordinator.records import CheckpointPrepare, VnodeSlice
+from laminar_cluster.coordinator.restore import committed_slices
 from laminar_cluster.coordinator.slices import CommittedSlices, check_references
 from laminar_cluster.errors import CorruptRecord, StoreUnavailable
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.store import ObjectStore
 
+FIRST_WAIT_FRACTION: Final = 0.75  # of the last complete collection: the first poll's wait
 POLLS_MAX: Final = 1_000_000  # the loop's count bound; the deadline ends it long before
 BACKOFF_MAX_S: Final = 0.5  # the longest wait between two polls of one collection
 
@@ -195,6 +198,67 @@ async def verify_participant(
         offsets=union_offsets([s.offsets for s in manifest.slices], what=key),
         slices=manifest.slices,
     )
+
+
+class AckCollector:
+    """One leader instance's collections (L5): `committed`, the last Commit's slices it checks
+    references against (read once when it did not record that Commit itself), and how long its
+    last complete collection took (the next one's first wait)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        decisions: DecisionStore,
+        poll_s: float,
+        lost: LostParticipants | None,
+    ) -> None:
+        self.store = store
+        self.decisions = decisions
+        self.clock = decisions.ctx.clock
+        self.poll_s = poll_s
+        self.lost = lost
+        self.committed: CommittedSlices | None = None
+        self._collect_s = 0.0
+
+    async def collect(
+        self,
+        prepare: CheckpointPrepare,
+        owners: Sequence[int],
+        body: bytes,
+        previous: CheckpointOutcome | None,
+        *,
+        until: float,
+    ) -> Collection:
+        """`collect_acks` for the prepare whose bytes are `body`, `previous` the last Commit."""
+        started_s = self.clock.monotonic()
+
+        async def baseline() -> CommittedSlices | None:
+            return await self.baseline(previous)
+
+        expected = Expected(prepare.attempt, prepare.fence, owners, sha256_hex(body), baseline)
+        collection = await collect_acks(
+            self.store,
+            self.clock,
+            expected,
+            poll_s=self.poll_s,
+            first_wait_s=FIRST_WAIT_FRACTION * self._collect_s,
+            until=until,
+            lost=self.lost,
+        )
+        if not collection.missing(prepare.fence):
+            self._collect_s = self.clock.monotonic() - started_s
+        return collection
+
+    async def baseline(self, previous: CheckpointOutcome | None) -> CommittedSlices | None:
+        """DC-16: the slices of the previous Commit, from memory or read once (its capsule and
+        manifests)."""
+        if previous is None or previous.recovery_capsule is None:
+            return None
+        committed = self.committed
+        if committed is None or committed.checkpoint_id != previous.checkpoint_id:
+            ref = previous.recovery_capsule
+            committed = self.committed = await committed_slices(self.store, self.decisions, ref)
+        return committed
 
 
 def union_offsets(parts: Sequence[dict[str, int]], *, what: str) -> dict[str, int]:

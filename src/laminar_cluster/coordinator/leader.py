@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
-from laminar_cluster.assignment.digest import fence_matches_owner_map
 from laminar_cluster.authority.cluster_outcomes import (
     highest_cluster_committed_outcome,
     highest_cluster_terminal_outcome,
@@ -52,39 +50,32 @@ from laminar_cluster.authority.cluster_outcomes import (
 )
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
-    CapsuleParticipant,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointVerdict,
-    ClusterRecoveryCapsule,
     Conflict,
     PipelineIdentity,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
-from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
 from laminar_cluster.coordinator.collect import (
+    AckCollector,
     Collection,
-    Expected,
     LostParticipants,
     Sealed,
-    collect_acks,
-    union_offsets,
 )
+from laminar_cluster.coordinator.decide import capsule_of
 from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.pointer import write_pointer
 from laminar_cluster.coordinator.records import CheckpointPrepare
-from laminar_cluster.coordinator.restore import committed_slices
 from laminar_cluster.coordinator.slices import CommittedSlices
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
 from laminar_cluster.errors import (
     Contended,
     CorruptRecord,
     DeadlineExceeded,
-    Fenced,
-    InvalidArgument,
     LaminarError,
     Refused,
     restated,
@@ -92,14 +83,15 @@ from laminar_cluster.errors import (
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.engine.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
+from laminar_cluster.rebalance.engine.handoff_checkpoint import (
+    EMPTY_PIPELINE,
+    OwnersOf,
+    checkpoint_refusal,
+)
 from laminar_cluster.rebalance.interfaces import CheckpointResult
-from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)
-
-FIRST_WAIT_FRACTION: Final = 0.75  # of the last complete collection: the first poll's wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +152,7 @@ class ClusterCheckpointer:
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
-        self.lost = lost
-        self._committed: CommittedSlices | None = None  # DC-16: the last Commit's slices
-        self._collect_s = 0.0  # how long the last complete collection took
+        self.collector = AckCollector(self.store, decisions, poll_s, lost)
         self.upkeep = LeaderUpkeep(self.store, decisions, authority, floor_policy)
 
     async def __call__(
@@ -186,7 +176,7 @@ class ClusterCheckpointer:
         deadline: float,
     ) -> CheckpointResult:
         proof, owners = self.proof(), self.owners_of(fence)
-        refusal = _refusal(fence, transition, proof, owners)
+        refusal = checkpoint_refusal(fence, transition, proof, owners)
         if refusal is not None:
             return _failed(restated(refusal, f"cluster checkpoint failed: {refusal}"))
         assert proof is not None and owners is not None  # refused otherwise
@@ -206,7 +196,9 @@ class ClusterCheckpointer:
         body = await self._create_prepare(prepare)
         await self._point(prepare, None)  # DC-18
         self._recorded = None
-        collection = await self._collect(prepare, owners, body, previous, deadline=deadline)
+        collection = await self.collector.collect(
+            prepare, owners, body, previous, until=self._collection_deadline(deadline)
+        )
         result = await self._decide(prepare, collection, previous, deadline=deadline)
         if self._recorded is not None:
             await self._point(prepare, self._recorded)
@@ -219,7 +211,7 @@ class ClusterCheckpointer:
                 fence,
                 {s.vnode: s for sealed in collection.sealed.values() for s in sealed.slices},
             )
-            self._committed = committed
+            self.collector.committed = committed
             step = await self.upkeep.retain(
                 attempt.checkpoint_id, fence, committed.holders(), deadline=deadline
             )
@@ -236,48 +228,6 @@ class ClusterCheckpointer:
             artifact_floor=None if floor is None else floor.artifact_before_epoch,
         )
         return result
-
-    async def _collect(
-        self,
-        prepare: CheckpointPrepare,
-        owners: Sequence[int],
-        body: bytes,
-        previous: CheckpointOutcome | None,
-        *,
-        deadline: float,
-    ) -> Collection:
-        """Step 5; a complete collection's duration sets the next one's first wait."""
-        started_s = self.clock.monotonic()
-
-        async def baseline() -> CommittedSlices | None:
-            return await self._baseline(previous)
-
-        expected = Expected(prepare.attempt, prepare.fence, owners, sha256_hex(body), baseline)
-        collection = await collect_acks(
-            self.store,
-            self.clock,
-            expected,
-            poll_s=self.poll_s,
-            first_wait_s=FIRST_WAIT_FRACTION * self._collect_s,
-            until=self._collection_deadline(deadline),
-            lost=self.lost,
-        )
-        if not collection.missing(prepare.fence):
-            self._collect_s = self.clock.monotonic() - started_s
-        return collection
-
-    async def _baseline(self, previous: CheckpointOutcome | None) -> CommittedSlices | None:
-        """DC-16: the slices of the previous Commit, from this instance's memory or read once
-        (its capsule and manifests)."""
-        if previous is None or previous.recovery_capsule is None:
-            return None
-        committed = self._committed
-        if committed is None or committed.checkpoint_id != previous.checkpoint_id:
-            committed = await committed_slices(
-                self.store, self.decisions, previous.recovery_capsule
-            )
-            self._committed = committed
-        return committed
 
     async def _point(self, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None) -> None:
         """DC-18: the pointer shows the prepare (and its verdict); best effort, a hint."""
@@ -420,28 +370,8 @@ class ClusterCheckpointer:
         sealed: dict[int, Sealed],
         previous: CheckpointOutcome | None,
     ) -> RecoveryCapsuleRef:
-        ordered = [sealed[p.node_id] for p in prepare.fence.participants]
-        capsule = ClusterRecoveryCapsule(
-            version=5,
-            attempt=prepare.attempt,
-            deployment_id=await self.decisions.load_or_create_deployment_id(),
-            pipeline_identity=self.pipeline_identity,
-            assignment_fence=prepare.fence,
-            participants=tuple(
-                CapsuleParticipant(
-                    node_id=s.participant.node_id,
-                    boot_incarnation=s.participant.boot_incarnation,
-                    manifest_sha256=s.manifest_sha256,
-                    vnodes=s.vnodes,
-                )
-                for s in ordered
-            ),
-            source_offsets=union_offsets(
-                [s.offsets for s in ordered], what=f"checkpoint {prepare.attempt.epoch}"
-            ),
-            portable=True,
-            predecessor=None if previous is None else previous.recovery_capsule,
-        )
+        deployment_id = await self.decisions.load_or_create_deployment_id()
+        capsule = capsule_of(prepare, sealed, previous, deployment_id, self.pipeline_identity)
         return await self.decisions.create_recovery_capsule(capsule)
 
     def _collection_deadline(self, deadline: float) -> float:
@@ -449,37 +379,6 @@ class ClusterCheckpointer:
         what is left)."""
         left_s = deadline - self.clock.monotonic()
         return deadline - min(self.abort_reserve_s, left_s / 2)
-
-
-def _refusal(
-    fence: CheckpointAssignmentFence,
-    transition: AssignmentDrainTransition | None,
-    proof: LeaderProof | None,
-    owners: Sequence[int] | None,
-) -> LaminarError | None:
-    """Why this process may not take a checkpoint under `fence` now, or None."""
-    if proof is None:
-        return Fenced("no live leader proof: this process is not the leader")
-    if transition is not None and transition.predecessor != fence:
-        return InvalidArgument(
-            f"drain transition {transition.predecessor.assignment_version}->"
-            f"{transition.target.assignment_version} does not start at the installed fence "
-            f"v{fence.assignment_version}"
-        )
-    leader = proof.owner
-    if fence.participant_incarnation(leader.node_id) != leader.boot_id:
-        # The authority admits a cluster outcome only from a leader inside its fence.
-        return Refused(
-            f"leader node {leader.node_id} is not a participant of fence "
-            f"v{fence.assignment_version}",
-            reason=Refusal.LEADER_NOT_A_PARTICIPANT,
-        )
-    if owners is None or not fence_matches_owner_map(fence, owners):
-        return Refused(
-            f"no owner map matching fence v{fence.assignment_version} is known locally",
-            reason=Refusal.OWNERS_UNKNOWN,
-        )
-    return None
 
 
 def _failed(error: LaminarError) -> CheckpointResult:

@@ -3,14 +3,12 @@
 
 Each `step()`:
 
-* P0 (first step only): the restart scan, one listing of the attempt keys from the highest
-  committed attempt on. The newest attempt holding a manifest at this node's path is the attempt
-  a previous boot of this node may have staged output for and not resolved; it becomes pending
-  and is resolved before any new cut (DC-9). The manifest plays the sink-open witness here: the
-  decision store's witness is one slot per deployment ("at most one open witness"), which N
-  participants cannot share.
-* P1: the pointer (`pointer.py`), one conditional GET: the newest prepare (a hint) and, once
-  recorded, its verdict (a hint). No listing.
+* P0 (first step only): the restart scan (`attempts.newest_acked_attempt`, one listing). The
+  newest attempt holding a manifest at this node's path, at or above the last Commit, is the
+  attempt a previous boot may have staged output for and not resolved; it becomes pending and
+  is resolved before any new cut (DC-9). The manifest plays the sink-open witness here: the
+  decision store's witness is one slot per deployment, which N participants cannot share.
+* P1: the pointer (`pointer.py`), one conditional GET: the newest prepare and its verdict (hints).
 * P2: a pending attempt is settled first (`_decision`), from the authority: its outcome or a
   strictly newer one (`cluster_attempt_settlement`), or a newer prepare under a newer leader
   term, read back from its create-only `prepare.json`, which proves the old term can no longer
@@ -20,12 +18,11 @@ Each `step()`:
   this exact process (node and boot); a prepare of an older leader term than one answered
   before is ignored.
 * P4: `host.cut`, then one state object holding the slices of the vnodes that changed since
-  this node's last committed cut (`slices.stage_cut`; an unchanged vnode is a reference, DC-16),
-  create-only (an identical object is fine: retries are idempotent); a refused cut or a failed
-  write resolves Abort at once (no manifest, so no Commit can include this node). A refusal is
-  a LaminarError (logged at INFO); any other exception is a bug of the engine (or of this
-  code): logged at ERROR with its traceback and counted (`engine_bugs`, and `on_engine_bug`
-  for the node's metrics), and the attempt is still aborted.
+  this node's last committed cut (`stage`; an unchanged vnode is a reference, DC-16), create-only;
+  a refused cut or a failed write resolves Abort at once (no manifest, so no Commit can include
+  this node). A refusal is a LaminarError (logged at INFO); any other exception is a bug of the
+  engine (or of this code): logged at ERROR with its traceback and counted (`engine_bugs`,
+  `on_engine_bug`), and the attempt is still aborted.
 * P5: the manifest, last, with the output and the SHA-256 of the prepare it answers; from its
   first write on, the attempt is pending.
 * P6: wait for the decision until `decision_timeout_s`; then `host.resolve`. With no decision by
@@ -46,37 +43,23 @@ from laminar_cluster.authority.cluster_outcomes import (
     cluster_attempt_settlement,
     highest_cluster_committed_outcome,
 )
-from laminar_cluster.checkpoint.records import CheckpointAttempt
-from laminar_cluster.clock import Clock, retry_until, within_deadline
-from laminar_cluster.codec import sha256_hex
+from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
+from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.coordinator.attempts import newest_acked_attempt
 from laminar_cluster.coordinator.host import CheckpointHost, Cut
-from laminar_cluster.coordinator.objects import (
-    MANIFEST_VERSION,
-    MAX_OUTPUT_BYTES,
-    b64encode,
-    encode_record,
-    read_prepare,
-)
-from laminar_cluster.coordinator.paths import (
-    ATTEMPTS_PREFIX,
-    before_attempt,
-    manifest_path,
-    parse_manifest_path,
-    state_path,
-)
+from laminar_cluster.coordinator.objects import read_prepare
+from laminar_cluster.coordinator.paths import manifest_path, state_path
 from laminar_cluster.coordinator.pointer import PointerReader, PollSchedule
 from laminar_cluster.coordinator.records import CheckpointPrepare, ParticipantManifest
-from laminar_cluster.coordinator.slices import CommittedSlices, stage_cut
+from laminar_cluster.coordinator.slices import CommittedSlices
+from laminar_cluster.coordinator.stage import create_ours, staged_manifest
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.store import CREATE, ObjectStore, put_resolved
+from laminar_cluster.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 
-SCAN_PAGE_KEYS: Final = 1_000
-SCAN_PAGES_MAX: Final = 4_096  # the restart scan's listing bound
 WAIT_POLLS_MAX: Final = 1_000_000  # the decision wait's count bound; its deadline ends it first
-PUT_ATTEMPTS_MAX: Final = 3
 SETTLE_FIRST_S_MIN: Final = 1.0  # the authority is read this long after an ack at the latest
 SETTLE_BACKOFF_S_MAX: Final = 8.0  # ... then doubling up to this, while the pointer is silent
 
@@ -210,20 +193,8 @@ class CheckpointParticipant:
         by one listing of the attempt keys from the last Commit on."""
         node_id = self.host.local_participant().node_id
         committed = await highest_cluster_committed_outcome(self.authority)
-        offset = None if committed is None else before_attempt(committed.checkpoint_id)
-        ours = None
-        for _ in range(SCAN_PAGES_MAX):
-            page = await self.store.list(ATTEMPTS_PREFIX, offset=offset, limit=SCAN_PAGE_KEYS)
-            for meta in page:
-                try:
-                    checkpoint_id, owner = parse_manifest_path(meta.key)
-                except CorruptRecord:
-                    continue  # any other object of an attempt, or a foreign key
-                if owner == node_id:
-                    ours = checkpoint_id if ours is None else max(ours, checkpoint_id)
-            if len(page) < SCAN_PAGE_KEYS:
-                break
-            offset = page[-1].key
+        start = None if committed is None else committed.checkpoint_id
+        ours = await newest_acked_attempt(self.store, node_id, start)
         if ours is None:
             return
         prepare = await read_prepare(self.store, ours)
@@ -248,7 +219,7 @@ class CheckpointParticipant:
         if self._verdict_hint() is not None and self._pending is None:
             self.schedule.settled()
 
-    def _verdict_hint(self) -> object:
+    def _verdict_hint(self) -> CheckpointVerdict | None:
         """The pointer's verdict for `_newest` (None: none shown)."""
         pointer, newest = self.pointer.last, self._newest
         if pointer is None or newest is None or pointer.prepare.attempt != newest.attempt:
@@ -387,7 +358,8 @@ class CheckpointParticipant:
             checked=self.pointer.changes,
         )
         try:
-            await self._put(manifest_path(attempt.checkpoint_id, me.node_id), body, deadline)
+            key = manifest_path(attempt.checkpoint_id, me.node_id)
+            await create_ours(self.store, self.clock, key, body, deadline=deadline)
         except LaminarError as error:  # it may have landed: the decision settles it
             logger.warning("attempt %d: manifest write failed: %s", attempt.epoch, error)
         settled = await self._wait(self.clock.monotonic() + self.decision_timeout_s)
@@ -410,38 +382,12 @@ class CheckpointParticipant:
     ) -> tuple[ParticipantManifest, bytes]:
         """P4: the state object (none when every slice is a reference or empty); the manifest
         to write next and its bytes (encoded within its limit before the state is written)."""
-        attempt, me = prepare.attempt, self.host.local_participant()
-        count = prepare.fence.vnode_count
-        if any(type(v) is not int or not 0 <= v < count for v in cut.vnodes):
-            raise InvalidArgument(f"the cut names vnodes outside 0..{count - 1}")
-        if len(cut.output) > MAX_OUTPUT_BYTES:
-            raise InvalidArgument(f"the cut's output is {len(cut.output)} bytes")
-        staged = stage_cut(attempt.checkpoint_id, me, prepare.fence, cut.vnodes, self._baseline)
-        manifest = ParticipantManifest(
-            version=MANIFEST_VERSION,
-            attempt=attempt,
-            participant=me,
-            prepare_sha256=sha256_hex(encode_record(prepare, key="checkpoint prepare")),
-            slices=staged.slices,
-            state_bytes=len(staged.state),
-            output_b64=b64encode(cut.output),
-        )
-        body = encode_record(manifest, key="participant manifest")
+        me = self.host.local_participant()
+        staged, manifest, body = staged_manifest(prepare, me, cut, self._baseline)
         if staged.state:
-            await self._put(state_path(attempt.checkpoint_id, me.node_id), staged.state, deadline)
+            key = state_path(prepare.attempt.checkpoint_id, me.node_id)
+            await create_ours(self.store, self.clock, key, staged.state, deadline=deadline)
         return manifest, body
-
-    async def _put(self, key: str, body: bytes, deadline: float) -> None:
-        """Create-only; an identical object already there is success (idempotent retries)."""
-
-        async def once() -> None:
-            resolution = await put_resolved(self.store, key, body, CREATE)
-            if not resolution.ours:
-                raise CorruptRecord(f"{key}: holds other bytes ({resolution.state.value})", key=key)
-
-        await retry_until(
-            once, what=key, clock=self.clock, deadline=deadline, attempts_max=PUT_ATTEMPTS_MAX
-        )
 
     async def _sleep(self, shutdown: asyncio.Event) -> bool:
         """Wait until the next pointer poll, or return True early on shutdown."""

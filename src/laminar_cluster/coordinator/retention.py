@@ -142,20 +142,8 @@ class AttemptRetention:
                 reached = max(reached, checkpoint_id)  # the keys of lower attempts are handled
                 listed += 1
                 handled = meta.key
-                if kind is AttemptObject.SINK_COMMIT:
-                    self._marked = checkpoint_id
-                elif kind is AttemptObject.MANIFEST:
-                    kept = (
-                        checkpoint_id in committed
-                        or checkpoint_id < artifact_before
-                        or checkpoint_id == self._marked
-                    )
-                    if not kept:
-                        batch.sink_data.append(meta.key)
-                elif meta.key in keep:  # DC-16: a slice of a kept cut is still read from it
-                    held.add(meta.key)
-                else:
-                    batch.others.append(meta.key)
+                committed_attempt = checkpoint_id in committed or checkpoint_id < artifact_before
+                self._place(meta.key, checkpoint_id, kind, committed_attempt, keep, batch, held)
             await self._delete(batch.sink_data)
             await self._delete(batch.others)
             self.held.update(held)
@@ -169,6 +157,29 @@ class AttemptRetention:
             if caught_up:
                 return RetentionStep(deleted, listed, caught_up=True)
         return RetentionStep(deleted, listed, caught_up=False)
+
+    def _place(
+        self,
+        key: str,
+        checkpoint_id: int,
+        kind: AttemptObject,
+        committed: bool,
+        keep: frozenset[str],
+        batch: _Batch,
+        held: set[str],
+    ) -> None:
+        """Where one key of an attempt below the newest Commit goes: a marker is kept (and
+        marks its attempt committed), a committed attempt's manifest is kept, a state object a
+        kept cut names is held (DC-16); anything else is deleted, manifests first."""
+        if kind is AttemptObject.SINK_COMMIT:
+            self._marked = checkpoint_id
+        elif kind is AttemptObject.MANIFEST:
+            if not (committed or checkpoint_id == self._marked):
+                batch.sink_data.append(key)
+        elif key in keep:
+            held.add(key)
+        else:
+            batch.others.append(key)
 
     async def _delete(self, keys: list[str]) -> None:
         """One multi-object delete per 1,000 keys (none for no key)."""
