@@ -78,7 +78,7 @@ def test_dc13_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> N
     run(url, body)
 
 
-def test_dc13_the_handoff_pin_checkpoint_keeps_its_partials(url: str) -> None:
+def test_dc13_the_handoff_pin_checkpoint_keeps_its_state(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         pinned: list[int | None] = [None]
 
