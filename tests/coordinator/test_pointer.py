@@ -43,7 +43,11 @@ def test_dc18_every_wait_is_at_most_quiet_and_fast_around_the_expected_prepare()
     schedule.prepare_seen(16.0)  # the period learnt: 6 s (never below the interval)
     schedule.settled()
     assert schedule.period_s == 6.0 and schedule.next_delay(21.85) == 0.05
-    schedule.prepare_seen(17.0)  # a forced (pre-rotation) prepare soon after: 5 s again
+    schedule.prepare_seen(17.0, periodic=False)  # a pre-rotation prepare: nothing learnt
+    assert schedule.period_s == 6.0
+    schedule.settled()
+    assert schedule.next_delay(21.85) == 0.05  # still expected at 16 + 6
+    schedule.prepare_seen(19.0)  # a periodic one sooner than the interval: 5 s again
     assert schedule.period_s == 5.0
     for now_s in (0.0, 3.3, 16.9, 21.0, 99.0):
         assert all(0 < schedule.next_delay(now_s) <= schedule.quiet_s for _ in range(10))

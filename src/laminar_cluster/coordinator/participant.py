@@ -215,7 +215,8 @@ class CheckpointParticipant:
         newest, prepare = self._newest, pointer.prepare
         if newest is None or prepare.attempt.checkpoint_id > newest.attempt.checkpoint_id:
             self._newest, self._fresh = prepare, True
-            self.schedule.prepare_seen(self.clock.monotonic())
+            periodic = prepare.drain_transition is None
+            self.schedule.prepare_seen(self.clock.monotonic(), periodic=periodic)
         if self._verdict_hint() is not None and self._pending is None:
             self.schedule.settled()
 

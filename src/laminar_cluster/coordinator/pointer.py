@@ -13,8 +13,9 @@ later notice; a foreign or corrupt pointer is reported and skipped.
 `PointerReader` polls with `get_if_changed` (one conditional GET; nothing is transferred while
 the pointer is unchanged). `PollSchedule` decides when: after a change, `fast_s` doubling up to
 `quiet_s` while nothing changes; once the newest attempt is decided, quiet (at most `quiet_s`
-apart) until shortly before the next prepare is due (the last prepare seen plus the expected
-period), `fast_s` around that time, then back off again. Every wait is at most `quiet_s`: that is
+apart) until shortly before the next periodic prepare is due (the last periodic prepare seen
+plus the expected period; a pre-rotation prepare, with a drain transition, moves neither),
+`fast_s` around that time, then back off again. Every wait is at most `quiet_s`: that is
 the bound on the time to notice any prepare (plus one request).
 """
 
@@ -119,13 +120,16 @@ class PollSchedule:
         quiet_s = min(QUIET_MAX_S, max(fast_s, interval_s * QUIET_INTERVAL_FRACTION))
         return PollSchedule(fast_s, quiet_s, interval_s=interval_s)
 
-    def prepare_seen(self, now_s: float) -> None:
-        """A newer prepare: poll fast for its verdict; the period between the last two prepares
-        (never below the configured interval) is the next one expected."""
-        if self._prepare_seen_s is not None and now_s > self._prepare_seen_s:
-            observed_s = now_s - self._prepare_seen_s
-            self.period_s = max(observed_s, self.interval_s or 0.0)
-        self._prepare_seen_s = now_s
+    def prepare_seen(self, now_s: float, *, periodic: bool = True) -> None:
+        """A newer prepare: poll fast for its verdict. A periodic one (no drain transition)
+        anchors the next expected prepare, and the time since the last periodic one (never below
+        the configured interval) is the period expected next; a forced one (a pre-rotation
+        checkpoint) moves neither."""
+        if periodic:
+            if self._prepare_seen_s is not None and now_s > self._prepare_seen_s:
+                observed_s = now_s - self._prepare_seen_s
+                self.period_s = max(observed_s, self.interval_s or 0.0)
+            self._prepare_seen_s = now_s
         self._busy = True
         self._backoff_s = self.fast_s
 
