@@ -50,7 +50,18 @@ def test_dc19_commits_resume_within_a_ttl_and_a_round_after_a_follower_is_cut_of
                 follower.boot
             )
 
-        before, _ = commit()
+        def names_everyone() -> bool:
+            outcome = cluster.runner.run(highest_cluster_committed_outcome(cluster.authority))
+            fence = None if outcome is None else outcome.assignment_fence
+            runs = [fleet.current(node) for node in (1, 2, 3)]
+            return fence is not None and all(
+                run is not None and fence.participant_incarnation(run.node) == run.boot
+                for run in runs
+            )
+
+        fleet.wait_until("a Commit of the three nodes' fence", names_everyone, 60.0)
+        before, names_follower = commit()
+        assert names_follower
         outage.touch()
         cut_s = time.monotonic()
         resumed: list[float] = []
