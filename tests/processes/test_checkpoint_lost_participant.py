@@ -36,6 +36,7 @@ def test_dc19_commits_resume_within_a_ttl_and_a_round_after_a_follower_is_cut_of
         for node, outage in outages.items():
             fleet.start(node, ("--fault-outage-file", str(outage)))
         cluster.wait_exactly_once(expected_aggregates(FIRST), "3 nodes commit the workload")
+        fleet.wait_until("a leader is known", lambda: cluster.leader() is not None, 30.0)
         leader = cluster.leader()
         assert leader is not None
         follower = fleet.current(next(n for n in (1, 2, 3) if n != leader.node))
