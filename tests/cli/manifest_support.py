@@ -8,9 +8,13 @@ import msgspec
 
 from laminar_cluster.checkpoint.records import CapsuleParticipant, ClusterRecoveryCapsule
 from laminar_cluster.codec import sha256_hex
-from laminar_cluster.coordinator.objects import EMPTY_PARTIAL_SHA256, encode_record
+from laminar_cluster.coordinator.objects import (
+    EMPTY_STATE_SHA256,
+    MANIFEST_VERSION,
+    encode_record,
+)
 from laminar_cluster.coordinator.paths import manifest_path
-from laminar_cluster.coordinator.records import ParticipantManifest
+from laminar_cluster.coordinator.records import ParticipantManifest, VnodeSlice
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.store import CREATE, ObjectStore
 from tests.checkpoint.test_capsule import make_capsule
@@ -25,14 +29,18 @@ async def capsule_with_manifests(
     participants = []
     for participant in capsule.participants:
         manifest = ParticipantManifest(
-            version=1,
+            version=MANIFEST_VERSION,
             attempt=capsule.attempt,
             participant=FenceParticipant(
                 node_id=participant.node_id, boot_incarnation=participant.boot_incarnation
             ),
-            vnodes=participant.vnodes,
-            partial_sha256=tuple(EMPTY_PARTIAL_SHA256 for _ in participant.vnodes),
-            output_sha256=sha256_hex(b""),
+            prepare_sha256=sha256_hex(b"prepare"),
+            slices=tuple(
+                VnodeSlice(vnode=v, state_sha256=EMPTY_STATE_SHA256, offsets={}, holder=None)
+                for v in participant.vnodes
+            ),
+            state_bytes=0,
+            output_b64="",
         )
         key = manifest_path(capsule.attempt.checkpoint_id, participant.node_id)
         body = encode_record(manifest, key=key)

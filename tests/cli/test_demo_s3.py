@@ -15,8 +15,8 @@ from tests.support.s3server import SECRET_KEY
 
 COMMAND = shutil.which("laminar-cluster") or str(Path(sys.executable).parent / "laminar-cluster")
 EVENTS = 20_000
-# moto serves one request at a time (tests/support/moto_serial.py), and a checkpoint writes and
-# verifies one partial per vnode: 16 vnodes keep a checkpoint to a few dozen requests.
+# moto serves one request at a time (tests/support/moto_serial.py): 16 vnodes keep the restores
+# and the engine's per-partition listings short (a checkpoint's requests no longer grow with V).
 VNODES = 16
 TIMEOUT_S = 280
 

@@ -4,26 +4,30 @@
 
 Boots are UUID(int=node*11) (tests.assignment.snapshot_support); a restarted node gets another.
 The fake host's cut is deterministic: vnode v of node n at attempt a holds the state
-`n{n}v{v}a{a}` and offsets {v: 1000*a + v}; its output is `out-{n}-{a}`.
+`n{n}v{v}a{a}` and offsets {v: 1000*a + v}; its output is `out-{n}-{a}`. A host with
+`vary=False` cuts the same state and offsets at every attempt (`n{n}v{v}`, {v: 1000 + v}): every
+vnode is unchanged since the last committed cut (DC-16).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.records import CheckpointAttempt
+from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
 from laminar_cluster.coordinator.host import Cut, VnodeCut
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
-from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
+from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.participant import CheckpointParticipant
-from laminar_cluster.coordinator.paths import prepare_path
+from laminar_cluster.coordinator.paths import CHECKPOINTS_PREFIX, POINTER_PATH, prepare_path
+from laminar_cluster.coordinator.pointer import write_pointer
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
@@ -32,6 +36,14 @@ from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.store import CREATE, ObjectStore, open_store
+from laminar_cluster.store.api import (
+    GetResult,
+    ObjectMeta,
+    PutMode,
+    PutResult,
+    delete_requests,
+)
+from laminar_cluster.store.forwarding import ForwardingStore
 from tests.assignment.snapshot_support import participant, snapshot
 
 TTL_S = 60.0
@@ -48,6 +60,7 @@ class FakeHost:
     refuse: bool = False
     block_resolve: bool = False  # resolve never returns (a crash after the outcome)
     empty: dict[int, dict[int, int]] = field(default_factory=dict)  # vnode -> offsets: no state
+    vary: bool = True  # False: the same state at every attempt (module docstring)
     cuts: list[CheckpointAttempt] = field(default_factory=list)
     resolutions: list[tuple[CheckpointAttempt, bool]] = field(default_factory=list)
 
@@ -61,7 +74,9 @@ class FakeHost:
         if self.refuse:
             raise Refused(f"node {self.me.node_id} refuses the cut")
         self.cuts.append(prepare.attempt)
-        cut = expected_cut(self.me.node_id, self.vnodes, prepare.attempt.checkpoint_id)
+        cut = expected_cut(
+            self.me.node_id, self.vnodes, prepare.attempt.checkpoint_id, vary=self.vary
+        )
         vnodes = dict(cut.vnodes)
         for vnode, offsets in self.empty.items():
             vnodes[vnode] = VnodeCut(state=None, offsets=offsets)
@@ -75,12 +90,16 @@ class FakeHost:
         self.resolutions.append((attempt, committed))
 
 
-def expected_cut(node_id: int, vnodes: Sequence[int], checkpoint_id: int) -> Cut:
+def expected_cut(
+    node_id: int, vnodes: Sequence[int], checkpoint_id: int, *, vary: bool = True
+) -> Cut:
+    """The fake host's cut (module docstring)."""
+    at = checkpoint_id if vary else 1
     return Cut(
         vnodes={
             v: VnodeCut(
-                state=f"n{node_id}v{v}a{checkpoint_id}".encode(),
-                offsets={v: 1000 * checkpoint_id + v},
+                state=(f"n{node_id}v{v}a{at}" if vary else f"n{node_id}v{v}").encode(),
+                offsets={v: 1000 * at + v},
             )
             for v in vnodes
         },
@@ -100,6 +119,7 @@ class Cluster:
     fence: CheckpointAssignmentFence
     leader: ClusterCheckpointer
     hosts: dict[int, FakeHost] = field(default_factory=dict)
+    prepares: dict[int, CheckpointPrepare] = field(default_factory=dict)  # by `write_prepare`
 
     def deadline(self, seconds: float = 20.0) -> float:
         return self.clock.monotonic() + seconds
@@ -183,11 +203,12 @@ async def make_cluster(
 
 
 async def write_prepare(cluster: Cluster, proof: LeaderProof | None = None) -> CheckpointAttempt:
-    """A prepare of the cluster's fence, as a leader writes it (no leader waits for acks)."""
+    """A prepare of the cluster's fence, as a leader writes it (no leader waits for acks): the
+    create-only prepare, then the pointer (DC-18)."""
     checkpoint_id = await cluster.decisions.allocate_checkpoint_id(deadline=cluster.deadline())
     attempt = CheckpointAttempt.canonical(checkpoint_id)
     prepare = CheckpointPrepare(
-        version=RECORD_VERSION,
+        version=PREPARE_VERSION,
         attempt=attempt,
         fence=cluster.fence,
         leader_proof=proof or cluster.proof,
@@ -195,4 +216,71 @@ async def write_prepare(cluster: Cluster, proof: LeaderProof | None = None) -> C
     )
     key = prepare_path(checkpoint_id)
     await cluster.store.put(key, encode_record(prepare, key=key), CREATE)
+    await write_pointer(cluster.store, prepare, None)
+    cluster.prepares[checkpoint_id] = prepare
     return attempt
+
+
+async def point_at_verdict(
+    cluster: Cluster, attempt: CheckpointAttempt, verdict: CheckpointVerdict
+) -> None:
+    """The pointer after a leader recorded `verdict` for a prepare `write_prepare` wrote."""
+    await write_pointer(cluster.store, cluster.prepares[attempt.checkpoint_id], verdict)
+
+
+class ProtocolCounter(ForwardingStore):
+    """Counts requests as S3 bills them, by (protocol, operation): `pointer` (the checkpoint
+    pointer), `checkpoint` (every other object under `checkpoints/`) and `authority` (the leader
+    authority and the decision store: everything else). A conditional or ranged GET is a `get`;
+    `delete_many` is one `delete` per 1,000 keys."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def total(self, protocol: str) -> int:
+        return sum(n for (p, _), n in self.counts.items() if p == protocol)
+
+    def _note(self, op: str, key: str, requests: int = 1) -> None:
+        if key == POINTER_PATH:
+            protocol = "pointer"
+        elif key.startswith(CHECKPOINTS_PREFIX):
+            protocol = "checkpoint"
+        else:
+            protocol = "authority"
+        self.counts[protocol, op] += requests
+
+    async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        self._note("get", key)
+        return await self.inner.get(key, end=end)
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        self._note("get", key)
+        return await self.inner.get_if_changed(key, e_tag)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        self._note("get", key)
+        return await self.inner.get_range(key, start, end)
+
+    async def head(self, key: str) -> ObjectMeta:
+        self._note("head", key)
+        return await self.inner.head(key)
+
+    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        self._note("put", key)
+        return await self.inner.put(key, body, mode)
+
+    async def list(
+        self, prefix: str, *, offset: str | None = None, limit: int | None = None
+    ) -> list[ObjectMeta]:
+        self._note("list", prefix)
+        return await self.inner.list(prefix, offset=offset, limit=limit)
+
+    async def delete(self, key: str) -> None:
+        self._note("delete", key)
+        await self.inner.delete(key)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._note("delete", keys[0], delete_requests(len(keys)))
+        await self.inner.delete_many(keys)

@@ -386,9 +386,11 @@ def test_dc14_the_reader_lists_again_when_the_floor_moved_meanwhile(
         listed = output_module._sink_commits
         listings = []
 
-        async def listing_then_floor(store: ObjectStore) -> list[SinkCommit]:
+        async def listing_then_floor(
+            store: ObjectStore,
+        ) -> tuple[list[SinkCommit], dict[int, set[int]]]:
             found = await listed(store)
-            listings.append([c.attempt.checkpoint_id for c in found])
+            listings.append([c.attempt.checkpoint_id for c in found[0]])
             if len(listings) == 1:  # the leader repairs the marker, then moves the floor
                 key = sink_commit_path(ids[0])
                 await cluster.store.put(key, encode_record(marker, key=key), CREATE)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import pytest
 
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome
-from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
     CheckpointAttempt,
     CheckpointOutcome,
@@ -21,20 +19,28 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
 )
 from laminar_cluster.codec import sha256_hex
-from laminar_cluster.coordinator.leader import ClusterCheckpointer, _Unsettled
-from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
+from laminar_cluster.coordinator.collect import Expected, collect_acks
+from laminar_cluster.coordinator.leader import _Unsettled
+from laminar_cluster.coordinator.objects import (
+    EMPTY_STATE_SHA256,
+    MANIFEST_VERSION,
+    PREPARE_VERSION,
+    encode_record,
+)
 from laminar_cluster.coordinator.paths import (
     ATTEMPTS_PREFIX,
     manifest_path,
     parse_prepare_path,
     prepare_path,
 )
-from laminar_cluster.coordinator.records import CheckpointPrepare, ParticipantManifest
-from laminar_cluster.lease.lease_store import LeaderLeaseStore
+from laminar_cluster.coordinator.records import (
+    CheckpointPrepare,
+    ParticipantManifest,
+    VnodeSlice,
+)
 from laminar_cluster.rebalance.interfaces import CheckpointResult
-from laminar_cluster.store import CREATE, open_store
-from laminar_cluster.store.counting import CountingStore
-from tests.coordinator.support import TTL_S, Cluster, make_cluster
+from laminar_cluster.store import CREATE
+from tests.coordinator.support import Cluster, make_cluster
 
 
 def run(url: str, body: Callable[[Cluster], Awaitable[None]], **options: object) -> None:
@@ -166,13 +172,17 @@ def test_dc3_a_manifest_that_cannot_verify_aborts_at_once(url: str) -> None:
                     break
                 await asyncio.sleep(0.005)
             attempt = CheckpointAttempt.canonical(ids[-1])
+            prepare = await cluster.store.get(prepare_path(attempt.checkpoint_id))
             manifest = ParticipantManifest(
-                version=RECORD_VERSION,
+                version=MANIFEST_VERSION,
                 attempt=attempt,
                 participant=cluster.fence.participants[2],
-                vnodes=(7,),
-                partial_sha256=(sha256_hex(b""),),
-                output_sha256=sha256_hex(b""),
+                prepare_sha256=sha256_hex(prepare.body),
+                slices=(
+                    VnodeSlice(vnode=7, state_sha256=EMPTY_STATE_SHA256, offsets={}, holder=None),
+                ),
+                state_bytes=0,
+                output_b64="",
             )
             key = manifest_path(attempt.checkpoint_id, 3)
             await cluster.store.put(key, encode_record(manifest, key=key), CREATE)
@@ -217,7 +227,7 @@ def test_dc7_the_previous_unsettled_attempt_is_aborted_before_a_newer_prepare(ur
         checkpoint_id = await cluster.decisions.allocate_checkpoint_id(deadline=cluster.deadline())
         attempt = CheckpointAttempt.canonical(checkpoint_id)
         prepare = CheckpointPrepare(
-            version=RECORD_VERSION,
+            version=PREPARE_VERSION,
             attempt=attempt,
             fence=cluster.fence,
             leader_proof=cluster.proof,
@@ -246,34 +256,54 @@ def test_no_checkpoint_without_a_leader_proof(url: str) -> None:
     run(url, body)
 
 
-def test_leader_requests_per_checkpoint_are_bounded(tmp_path: Path) -> None:
-    """3 participants x 256 vnodes on file://: one GET per partial, manifest and output, and a
-    few for the authority; the retention step's deletes (the figures in the protocol's
-    Limits)."""
-    owners = tuple(1 + v % 3 for v in range(256))
+def test_dc19_a_lost_participant_aborts_the_collection_at_once(url: str) -> None:
+    """The membership view holds node 3 lost while its manifest is missing: Abort at once,
+    long before the deadline."""
 
     async def body(cluster: Cluster) -> None:
-        store = CountingStore(open_store(cluster.url))
-        decisions = DecisionStore.shared(store, clock=cluster.clock)
-        authority = LeaderLeaseStore(store, clock=cluster.clock, ttl_s=TTL_S, decisions=decisions)
-        leader = ClusterCheckpointer(
-            decisions,
-            authority,
-            proof=lambda: cluster.proof,
-            owners_of=lambda fence: owners,
-            poll_s=0.05,
-        )
+        cluster.leader.collector.lost = lambda fence: {3}
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2)]  # node 3 is down
+        async with cluster.running(participants):
+            started = cluster.clock.monotonic()
+            result = await checkpoint(cluster, deadline_s=20.0)
+            took_s = cluster.clock.monotonic() - started
+        assert not result.success and "participants 3 are suspected, dead" in str(result.error)
+        assert took_s < 5.0  # not at the collection deadline (19.5 s)
+        ids = await prepared_ids(cluster)
+        assert (await outcome_of(cluster, ids[-1])).verdict is CheckpointVerdict.ABORT
+        assert cluster.leader.last is not None and 3 in cluster.leader.last.missing
+
+    run(url, body)
+
+
+def test_dc19_a_participant_lost_after_its_ack_still_counts(url: str) -> None:
+    """A lost participant whose manifest is there (it acked, then was lost) is sealed: the
+    collection polls once before it gives up on it."""
+
+    async def body(cluster: Cluster) -> None:
         participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
         async with cluster.running(participants):
-            warm = await leader(cluster.fence, None, deadline=cluster.deadline())
-            store.reset()
-            result = await leader(cluster.fence, None, deadline=cluster.deadline())
-        assert warm.success and result.success, (warm.error, result.error)
-        partial_gets, node_gets = 256, 3 + 3  # manifests and outputs
-        assert partial_gets + node_gets <= store.requests["get"] <= partial_gets + node_gets + 30
-        assert store.requests["put"] <= 8  # prepare, ID, capsule, outcome, sink commit marker
-        # DC-13: the previous committed attempt's prepare and 256 partials.
-        assert store.requests["delete"] == 1 + 256
-        assert store.requests["list"] <= 3 + 20 / 0.05  # one per poll, one for retention
+            result = await checkpoint(cluster)
+        assert result.success, result.error
+        attempt = CheckpointAttempt.canonical(result.checkpoint_id)
+        body_of_prepare = (await cluster.store.get(prepare_path(attempt.checkpoint_id))).body
 
-    run(f"file://{tmp_path / 'store'}?fsync=false", body, owners=owners)
+        async def no_baseline() -> None:
+            return None
+
+        expected = Expected(
+            attempt, cluster.fence, cluster.owners, sha256_hex(body_of_prepare), no_baseline
+        )
+        collection = await collect_acks(
+            cluster.store,
+            cluster.clock,
+            expected,
+            poll_s=5.0,  # a poll only at once: the wait would outlast the test
+            first_wait_s=5.0,
+            until=cluster.deadline(10.0),
+            lost=lambda fence: {1, 2, 3},
+        )
+        assert sorted(collection.sealed) == [1, 2, 3] and collection.lost == ()
+        assert collection.polls == 1
+
+    run(url, body)

@@ -33,7 +33,13 @@ from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.metrics import NodeMetrics
 from tests.assignment.snapshot_support import participant, snapshot
-from tests.coordinator.support import Cluster, FakeHost, make_cluster, write_prepare
+from tests.coordinator.support import (
+    Cluster,
+    FakeHost,
+    make_cluster,
+    point_at_verdict,
+    write_prepare,
+)
 
 
 def run(url: str, body: Callable[[Cluster], Awaitable[None]]) -> None:
@@ -43,7 +49,11 @@ def run(url: str, body: Callable[[Cluster], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-async def abort(cluster: Cluster, attempt: CheckpointAttempt, proof: LeaderProof) -> None:
+async def abort(
+    cluster: Cluster, attempt: CheckpointAttempt, proof: LeaderProof, *, point: bool = True
+) -> None:
+    """Record Abort as the leader does: the outcome, then (unless `point` is False: a lost
+    pointer write) the pointer's verdict."""
     await record_cluster_outcome(
         cluster.authority,
         proof,
@@ -54,6 +64,8 @@ async def abort(cluster: Cluster, attempt: CheckpointAttempt, proof: LeaderProof
         recovery_capsule=None,
         deadline=cluster.deadline(),
     )
+    if point:
+        await point_at_verdict(cluster, attempt, CheckpointVerdict.ABORT)
 
 
 async def exists(cluster: Cluster, key: str) -> bool:

@@ -1,7 +1,8 @@
 """Restoring vnodes from a committed distributed checkpoint (DC-10) and reading its committed
-output (DC-11): only the partial of the participant the capsule lists, at the capsule's attempt,
-matching that participant's manifest, itself matching the capsule. Anything else is refused. A
-vnode cut empty has no partial and restores empty (DC-15).
+output (DC-11): only the slice the manifest of the participant the capsule lists names, matching
+the manifest's digest, the manifest matching the capsule. Anything else is refused. A vnode cut
+empty has no bytes and restores empty (DC-15); an unchanged vnode is a reference to the object
+that holds its bytes, restored through it (DC-16).
 """
 
 from __future__ import annotations
@@ -14,13 +15,8 @@ import pytest
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointAttempt, RecoveryCapsuleRef
 from laminar_cluster.coordinator.host import VnodeCut
-from laminar_cluster.coordinator.objects import (
-    EMPTY_PARTIAL_SHA256,
-    encode_record,
-    partial_of,
-    read_manifest,
-)
-from laminar_cluster.coordinator.paths import manifest_path, partial_path
+from laminar_cluster.coordinator.objects import EMPTY_STATE_SHA256, read_manifest
+from laminar_cluster.coordinator.paths import manifest_path, state_path
 from laminar_cluster.coordinator.restore import load_cuts, load_outputs
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.store import OVERWRITE
@@ -69,30 +65,36 @@ def test_dc10_a_vnode_outside_the_capsule_is_an_invalid_argument(url: str) -> No
     run(url, body)
 
 
-def test_dc10_a_corrupt_partial_is_refused(url: str) -> None:
+def test_dc10_a_corrupt_slice_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
-        key = partial_path(ref.checkpoint_id, 4)
-        # A well-formed partial of the right attempt, vnode and owner, with other state.
-        attempt = CheckpointAttempt.canonical(ref.checkpoint_id)
-        cut = expected_cut(2, [4], ref.checkpoint_id).vnodes[4]
-        forged = partial_of(attempt, 4, cluster.fence.participants[1], cut.__class__(b"x", {}))
-        await cluster.store.put(key, encode_record(forged, key=key), OVERWRITE)
-        with pytest.raises(CorruptRecord, match="does not match its manifest digest"):
+        # Node 2's state object holds vnodes 3, 4, 5 back to back: one byte of vnode 4 flipped.
+        key = state_path(ref.checkpoint_id, 2)
+        body = bytearray((await cluster.store.get(key)).body)
+        at = body.index(b"n2v4")
+        body[at] ^= 1
+        await cluster.store.put(key, bytes(body), OVERWRITE)
+        with pytest.raises(CorruptRecord, match="slice of vnode 4 does not match"):
             await load_cuts(cluster.store, cluster.decisions, ref, [4], deadline=cluster.deadline())
-        # Undamaged vnodes still restore.
+        # Undamaged vnodes of the same object still restore (their ranges only are read).
         cuts = await load_cuts(
-            cluster.store, cluster.decisions, ref, [3], deadline=cluster.deadline()
+            cluster.store, cluster.decisions, ref, [3, 5], deadline=cluster.deadline()
         )
-        assert cuts[3] == expected_cut(2, [3], ref.checkpoint_id).vnodes[3]
+        expected = expected_cut(2, [3, 5], ref.checkpoint_id).vnodes
+        assert cuts == expected
 
     run(url, body)
 
 
-def test_dc10_a_missing_partial_is_refused(url: str) -> None:
+def test_dc10_a_missing_or_short_state_object_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
-        await cluster.store.delete(partial_path(ref.checkpoint_id, 0))
-        with pytest.raises(CorruptRecord, match="vnode partial is missing"):
+        await cluster.store.delete(state_path(ref.checkpoint_id, 1))
+        with pytest.raises(CorruptRecord, match="state object a manifest names is missing"):
             await load_cuts(cluster.store, cluster.decisions, ref, [0], deadline=cluster.deadline())
+        key = state_path(ref.checkpoint_id, 3)
+        body = (await cluster.store.get(key)).body
+        await cluster.store.put(key, body[:-1], OVERWRITE)
+        with pytest.raises(CorruptRecord, match="its slices end at"):
+            await load_cuts(cluster.store, cluster.decisions, ref, [7], deadline=cluster.deadline())
 
     run(url, body)
 
@@ -101,7 +103,7 @@ def test_dc10_a_tampered_manifest_is_refused(url: str) -> None:
     async def body(cluster: Cluster, ref: RecoveryCapsuleRef) -> None:
         key = manifest_path(ref.checkpoint_id, 3)
         got = await cluster.store.get(key)
-        digest_at = got.body.index(b'"output_sha256":"') + len(b'"output_sha256":"')
+        digest_at = got.body.index(b'"prepare_sha256":"') + len(b'"prepare_sha256":"')
         tampered = got.body[:digest_at] + b"0" * 64 + got.body[digest_at + 64 :]
         await cluster.store.put(key, tampered, OVERWRITE)
         with pytest.raises(CorruptRecord, match="does not match the capsule's digest"):
@@ -112,9 +114,10 @@ def test_dc10_a_tampered_manifest_is_refused(url: str) -> None:
     run(url, body)
 
 
-def test_dc15_a_vnode_cut_empty_has_no_partial_and_restores_empty(url: str) -> None:
-    """A vnode cut without state (every offset 0) is named in the manifest by the empty digest,
-    no partial object is written or read for it, the attempt commits, and it restores empty."""
+def test_dc15_a_vnode_cut_empty_has_no_slice_and_restores_empty(url: str) -> None:
+    """A vnode cut without state (every offset 0) is named in the manifest by the empty digest
+    and no holder, no bytes are written or read for it, the attempt commits, and it restores
+    empty."""
 
     async def main() -> None:
         cluster = await make_cluster(url)
@@ -124,15 +127,16 @@ def test_dc15_a_vnode_cut_empty_has_no_partial_and_restores_empty(url: str) -> N
             result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline())
         assert result.success, result.error
         checkpoint_id = result.checkpoint_id
-        assert not await exists(cluster, partial_path(checkpoint_id, 3))
-        assert not await exists(cluster, partial_path(checkpoint_id, 4))
-        assert await exists(cluster, partial_path(checkpoint_id, 5))
+        state = (await cluster.store.get(state_path(checkpoint_id, 2))).body
+        assert state == f"n2v5a{checkpoint_id}".encode()  # only vnode 5's bytes
         read = await read_manifest(
             cluster.store, CheckpointAttempt.canonical(checkpoint_id), node_id=2
         )
         assert read is not None
-        assert read[0].partial_sha256[:2] == (EMPTY_PARTIAL_SHA256,) * 2
-        assert read[0].partial_sha256[2] != EMPTY_PARTIAL_SHA256
+        slices = read[0].slices
+        assert [s.state_sha256 for s in slices[:2]] == [EMPTY_STATE_SHA256] * 2
+        assert slices[0].holder is None and slices[1].holder is None
+        assert slices[2].state_sha256 != EMPTY_STATE_SHA256 and slices[2].holder is not None
         outcome = await cluster_outcome(cluster.authority, checkpoint_id)
         assert outcome is not None and outcome.recovery_capsule is not None
         store, decisions, _ = cluster.client()

@@ -1,7 +1,8 @@
 """Retention of attempt objects (DC-13): after a Commit the leader deletes the prepare and the
-partials of older committed attempts and every object of attempts that can never commit, keeps
-the marker, outputs and manifests of committed attempts (the sink's data), never touches the
-handoff pin's checkpoint, and deletes at most a bounded number of objects per step.
+state objects of older committed attempts and every object of attempts that can never commit,
+keeps the marker and manifests of committed attempts (the sink's data) and every state object
+a kept cut's slices name (DC-16), never touches the handoff pin's checkpoint, and deletes at most
+a bounded number of objects per step, in multi-object deletes.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.runtime.output import read_committed_output
 from tests.coordinator.support import Cluster, make_cluster
 
-SINK_DATA = {AttemptObject.SINK_COMMIT: 1, AttemptObject.MANIFEST: 3, AttemptObject.OUTPUT: 3}
-EVERYTHING = {**SINK_DATA, AttemptObject.PREPARE: 1, AttemptObject.PARTIAL: 8}
+SINK_DATA = {AttemptObject.SINK_COMMIT: 1, AttemptObject.MANIFEST: 3}
+EVERYTHING = {**SINK_DATA, AttemptObject.PREPARE: 1, AttemptObject.STATE: 3}
 
 
 def run(url: str, body: Callable[[Cluster], Awaitable[None]]) -> None:
@@ -46,7 +47,9 @@ class NoRetention:
 
     walked_below = 0  # it handles no attempt
 
-    async def step(self, newest_committed: int, *, max_deletes: int) -> RetentionStep:
+    async def step(
+        self, newest_committed: int, keep: frozenset[str] = frozenset(), *, max_deletes: int
+    ) -> RetentionStep:
         return RetentionStep(0, 0, caught_up=False)
 
 
@@ -61,7 +64,7 @@ def test_dc13_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> N
         assert all(r.success for r in results), [r.error for r in results]
         one, two, three = (r.checkpoint_id for r in results)
         assert (await kept(cluster)) == {one: SINK_DATA, two: SINK_DATA, three: EVERYTHING}
-        assert cluster.leader.last is not None and cluster.leader.last.deleted == 1 + 8
+        assert cluster.leader.last is not None and cluster.leader.last.deleted == 1 + 3
         outcome = await cluster_outcome(cluster.authority, one - 1)
         assert outcome is not None and not outcome.is_commit()  # the attempt deleted entirely
         committed = await read_committed_output(
@@ -75,7 +78,7 @@ def test_dc13_retention_keeps_only_the_sink_data_of_older_commits(url: str) -> N
     run(url, body)
 
 
-def test_dc13_the_handoff_pin_checkpoint_keeps_its_partials(url: str) -> None:
+def test_dc13_the_handoff_pin_checkpoint_keeps_its_state(url: str) -> None:
     async def body(cluster: Cluster) -> None:
         pinned: list[int | None] = [None]
 
@@ -117,9 +120,9 @@ def test_dc13_retention_deletes_at_most_its_budget_per_step(url: str) -> None:
         before = await kept(cluster)
         aborted = [a for a in before if a not in ids and a != newest.checkpoint_id]
         assert len(aborted) == 1
-        # The commits' prepares and partials, and every object of the Abort (node 3 answered
-        # its prepare late, after the Abort: its objects are there too).
-        backlog = 4 * (1 + 8) + sum(before[aborted[0]].values())
+        # The commits' prepares and state objects, and every object of the Abort (node 3
+        # answered its prepare late, after the Abort: its objects are there too).
+        backlog = 4 * (1 + 3) + sum(before[aborted[0]].values())
         retention = AttemptRetention(cluster.store, cluster.authority)
         steps = []
         for _ in range(20):

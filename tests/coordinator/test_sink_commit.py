@@ -6,6 +6,7 @@ that crashed between the Commit and the marker leaves it to the next leader's fi
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
@@ -15,7 +16,7 @@ from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint.records import CheckpointOutcome
 from laminar_cluster.codec import sha256_hex
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
-from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_commit_path
+from laminar_cluster.coordinator.paths import manifest_path, sink_commit_path
 from laminar_cluster.coordinator.records import ParticipantManifest
 from laminar_cluster.coordinator.sink_commits import (
     read_sink_commit,
@@ -48,16 +49,16 @@ async def commit_of(cluster: Cluster, checkpoint_id: int) -> CheckpointOutcome:
 
 
 async def output_digests(cluster: Cluster, checkpoint_id: int) -> list[tuple[int, str]]:
-    """(node, SHA-256 of its output object) per node, as its manifest names it."""
+    """(node, SHA-256 of the output its manifest holds) per node."""
     found = []
     for node in (1, 2, 3):
-        body = (await cluster.store.get(output_path(checkpoint_id, node))).body
         manifest = msgspec.json.decode(
             (await cluster.store.get(manifest_path(checkpoint_id, node))).body,
             type=ParticipantManifest,
         )
-        assert manifest.output_sha256 == sha256_hex(body)
-        found.append((node, sha256_hex(body)))
+        output = base64.b64decode(manifest.output_b64)
+        assert output == f"out-{node}-{checkpoint_id}".encode()
+        found.append((node, sha256_hex(output)))
     return found
 
 

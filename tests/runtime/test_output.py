@@ -1,11 +1,12 @@
 """The committed-output reader (runtime/output.py): an output is visible only under a cluster
 Commit (real outcomes through a LeaderLeaseStore) or its sink commit marker (DC-12), from a
-participant of the committed fence whose manifest is the one the recovery capsule names and
-names the output's SHA-256."""
+participant of the committed fence whose manifest (which holds the output) is the one the
+recovery capsule names (DC-11). A store of the old layout is refused (DC-17)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import msgspec
 import pytest
@@ -25,9 +26,9 @@ from laminar_cluster.checkpoint.records import (
 )
 from laminar_cluster.clock import RealClock
 from laminar_cluster.codec import sha256_hex
-from laminar_cluster.coordinator.objects import encode_record, output_of
-from laminar_cluster.coordinator.paths import manifest_path, output_path, sink_commit_path
-from laminar_cluster.coordinator.records import ParticipantManifest
+from laminar_cluster.coordinator.objects import MANIFEST_VERSION, encode_record
+from laminar_cluster.coordinator.paths import manifest_path, sink_commit_path
+from laminar_cluster.coordinator.records import ParticipantManifest, SliceHolder, VnodeSlice
 from laminar_cluster.coordinator.sink_commits import sink_commit_from_outcome, write_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.fencing import FenceParticipant, LeaderProof
@@ -58,30 +59,41 @@ def far() -> float:
     return RealClock().monotonic() + 60.0
 
 
+def manifest_of(
+    checkpoint_id: int, participant: FenceParticipant, records: list[AggregateRecord]
+) -> ParticipantManifest:
+    """A participant's manifest for an attempt: one 8-byte slice per vnode, and the output."""
+    vnodes = VNODES[participant.node_id]
+    slices = tuple(
+        VnodeSlice(
+            vnode=v,
+            state_sha256=sha256_hex(b"state %d" % v),
+            offsets={str(v): 1},
+            holder=SliceHolder(
+                checkpoint_id=checkpoint_id, participant=participant, start=8 * i, length=8
+            ),
+        )
+        for i, v in enumerate(vnodes)
+    )
+    return ParticipantManifest(
+        version=MANIFEST_VERSION,
+        attempt=CheckpointAttempt.canonical(checkpoint_id),
+        participant=participant,
+        prepare_sha256=sha256_hex(b"prepare %d" % checkpoint_id),
+        slices=slices,
+        state_bytes=8 * len(vnodes),
+        output_b64=base64.b64encode(encode_aggregate_records(records)).decode("ascii"),
+    )
+
+
 async def stage(
     store: ObjectStore,
     checkpoint_id: int,
     participant: FenceParticipant,
     records: list[AggregateRecord],
-    *,
-    manifest_output_sha256: str | None = None,
 ) -> str:
-    """Write a participant's output and manifest for an attempt; the manifest's SHA-256."""
-    attempt = CheckpointAttempt.canonical(checkpoint_id)
-    key = output_path(checkpoint_id, participant.node_id)
-    body = encode_record(
-        output_of(attempt, participant, encode_aggregate_records(records)), key=key
-    )
-    await store.put(key, body, CREATE)
-    vnodes = VNODES[participant.node_id]
-    manifest = ParticipantManifest(
-        version=1,
-        attempt=attempt,
-        participant=participant,
-        vnodes=vnodes,
-        partial_sha256=tuple(sha256_hex(b"partial %d" % v) for v in vnodes),
-        output_sha256=manifest_output_sha256 or sha256_hex(body),
-    )
+    """Write a participant's manifest (with its output) for an attempt; its SHA-256."""
+    manifest = manifest_of(checkpoint_id, participant, records)
     manifest_key = manifest_path(checkpoint_id, participant.node_id)
     manifest_body = encode_record(manifest, key=manifest_key)
     await store.put(manifest_key, manifest_body, CREATE)
@@ -120,6 +132,19 @@ async def decide(
     )
 
 
+async def one_commit() -> ObjectStore:
+    """A memory:// store where attempt 1 committed nodes 1 and 2's outputs."""
+    store = open_store("memory://")
+    leader = open_leader(store, 1)
+    proof = await elect(leader)
+    manifests = {
+        1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
+        2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
+    }
+    await decide(leader, proof, 1, manifests)
+    return store
+
+
 async def committed(store: ObjectStore) -> CommittedOutput[AggregateRecord]:
     authority = open_output_authority(store, RealClock())
     return await read_committed_output(authority, decode_aggregate_records, deadline=far())
@@ -153,20 +178,19 @@ def test_dc11_commit_shown_abort_and_unresolved_hidden_in_attempt_order() -> Non
     asyncio.run(main())
 
 
-def test_dc11_manifest_naming_another_output_hides_it() -> None:
+def test_dc11_an_output_changed_after_the_commit_hides_it() -> None:
+    """The output is inside the manifest the capsule names by SHA-256: other output bytes are
+    another manifest, never shown."""
+
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)], manifest_output_sha256="ab" * 32),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
+        key = manifest_path(1, 2)
+        other = manifest_of(1, NODE_2, [(2, 5, 5)])
+        await store.put(key, encode_record(other, key=key), OVERWRITE)
         result = await committed(store)
         assert result.records == [(1, 1, 1)]
         assert [(h.key, h.reason) for h in result.hidden] == [
-            (output_path(1, 2), "manifest names another output")
+            (manifest_path(1, 2), "manifest is not the one the recovery capsule names")
         ]
 
     asyncio.run(main())
@@ -192,8 +216,8 @@ def test_dc11_participant_outside_the_fence_is_hidden() -> None:
         result = await committed(store)
         assert result.records == [(1, 1, 1), (2, 1, 1), (1, 1, 1)]
         assert [(h.key, h.reason) for h in result.hidden] == [
-            (output_path(1, 3), "participant is not in the committed fence"),
-            (output_path(2, 2), "participant is not in the committed fence"),
+            (manifest_path(1, 3), "participant is not in the committed fence"),
+            (manifest_path(2, 2), "participant is not in the committed fence"),
         ]
 
     asyncio.run(main())
@@ -201,27 +225,18 @@ def test_dc11_participant_outside_the_fence_is_hidden() -> None:
 
 def test_dc11_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
+        store = await one_commit()
         # Node 1's manifest replaced by other bytes (same output digest, other vnodes).
         key = manifest_path(1, 1)
         manifest = msgspec.json.decode((await store.get(key)).body, type=ParticipantManifest)
-        edited = msgspec.structs.replace(
-            manifest, vnodes=(0, 1, 2), partial_sha256=manifest.partial_sha256[:3]
-        )
+        edited = msgspec.structs.replace(manifest, slices=manifest.slices[:3], state_bytes=24)
         await store.put(key, encode_record(edited, key=key), OVERWRITE)
         await store.delete(manifest_path(1, 2))
         result = await committed(store)
         assert result.records == []
         assert [(h.key, h.reason) for h in result.hidden] == [
-            (output_path(1, 1), "manifest is not the one the recovery capsule names"),
-            (output_path(1, 2), "participant manifest is missing"),
+            (manifest_path(1, 1), "manifest is not the one the recovery capsule names"),
+            (manifest_path(1, 2), "the manifest the capsule commits is missing"),
         ]
 
     asyncio.run(main())
@@ -229,19 +244,12 @@ def test_dc11_manifest_the_capsule_does_not_name_or_missing_is_hidden() -> None:
 
 def test_committed_output_missing_from_the_store_is_reported() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
-        await store.delete(output_path(1, 2))
+        store = await one_commit()
+        await store.delete(manifest_path(1, 2))
         result = await committed(store)
         assert result.records == [(1, 1, 1)]
         assert [(h.key, h.reason) for h in result.hidden] == [
-            (output_path(1, 2), "output the capsule commits is missing")
+            (manifest_path(1, 2), "the manifest the capsule commits is missing")
         ]
 
     asyncio.run(main())
@@ -249,17 +257,33 @@ def test_committed_output_missing_from_the_store_is_reported() -> None:
 
 def test_malformed_output_of_a_committed_attempt_is_corrupt() -> None:
     async def main() -> None:
-        store = open_store("memory://")
-        leader = open_leader(store, 1)
-        proof = await elect(leader)
-        manifests = {
-            1: await stage(store, 1, NODE_1, [(1, 1, 1)]),
-            2: await stage(store, 1, NODE_2, [(2, 1, 1)]),
-        }
-        await decide(leader, proof, 1, manifests)
-        await store.put(output_path(1, 1), b'{"version":1}', OVERWRITE)
+        store = await one_commit()
+        await store.put(manifest_path(1, 1), b'{"version":2}', OVERWRITE)
         with pytest.raises(CorruptRecord):
             await committed(store)
+
+    asyncio.run(main())
+
+
+def test_dc17_a_store_of_the_old_layout_is_refused_by_the_reader() -> None:
+    """A layout 1 object (a separate output, a per-vnode partial) or a version 1 manifest is
+    InvalidArgument naming it, never read as layout 2."""
+
+    async def main() -> None:
+        for key, body in (
+            (
+                "checkpoints/attempt=00000000000000000001/output/node=00000000000000000001.json",
+                b"{}",
+            ),
+            ("checkpoints/attempt=00000000000000000001/vnode=00003.json", b"{}"),
+            (manifest_path(1, 1), b'{"version":1,"attempt":{}}'),
+        ):
+            store = await one_commit()
+            await store.put(key, body, OVERWRITE)
+            with pytest.raises(
+                InvalidArgument, match=f"^{key}: written by the old checkpoint layout 1"
+            ):
+                await committed(store)
 
     asyncio.run(main())
 

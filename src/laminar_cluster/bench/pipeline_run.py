@@ -11,8 +11,8 @@ checkpoint pauses included.
 Checkpoints: the leader's `checkpoint` / `checkpoint_failed` events in the window, durations
 (prepare to recorded outcome) p50/p99. Store requests per checkpoint: every node's request
 counters (`requests` events, by the purpose of the task that made them) over the window:
-`duties` (the leader's checkpointer) plus `participant` (prepare polls, cuts, partials,
-outputs, manifests, decision polls), divided by the checkpoints committed in the window; the
+`duties` (the leader's checkpointer) plus `participant` (pointer polls, cuts, state objects,
+manifests, decision reads), divided by the checkpoints committed in the window; the
 same with every request (log reads, renewals, discovery, watcher) as `all_requests`.
 
 Recovery: with 2 or more nodes, the workload is extended by a quarter and a follower (a node

@@ -227,8 +227,8 @@ def demo(
         option(
             "--vnodes",
             min=1,
-            help="Vnodes of the demo cluster. A checkpoint writes and verifies one partial per "
-            "vnode: fewer suit a slow store (the moto S3 test server).",
+            help="Vnodes of the demo cluster (a checkpoint writes one state object and one "
+            "manifest per node, whatever the vnodes).",
         ),
     ] = 256,
     keep: Annotated[

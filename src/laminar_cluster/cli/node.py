@@ -47,6 +47,7 @@ from laminar_cluster.metrics.health import node_readiness
 from laminar_cluster.metrics.server import DEFAULT_HOST
 from laminar_cluster.rebalance.node.log import JsonLogHandler, NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
+from laminar_cluster.runtime.checkpoint_guards import check_checkpoint_layout
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import ObjectStore, open_store
@@ -89,6 +90,7 @@ class NodeFlags:
     fault_rate: float
     fault_latency_ms: float
     fault_seed: int
+    fault_outage_file: str | None
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> NodeFlags:
@@ -119,12 +121,13 @@ class NodeFlags:
         )
 
     def faults(self) -> FaultConfig | None:
-        if self.fault_rate <= 0 and self.fault_latency_ms <= 0:
+        if self.fault_rate <= 0 and self.fault_latency_ms <= 0 and self.fault_outage_file is None:
             return None
         return FaultConfig(
             error_before_rate=self.fault_rate,
             error_after_rate=self.fault_rate,
             latency_s_max=self.fault_latency_ms / 1000,
+            outage_file=self.fault_outage_file,
         )
 
     def run(self, store_url: str) -> int:
@@ -243,9 +246,12 @@ async def _serve_metrics(
 async def _store_usable(
     store: ObjectStore, url: str, clock: RealClock, log: NodeLog, settings: _Settings
 ) -> bool:
-    """The store answers (`store.diagnose`), passes the contract probe, and no live process
-    holds the node id (unless `--replace`); False after logging `refused` with one line."""
+    """The store answers (`store.diagnose`), holds no checkpoint of the old layout (before the
+    probe writes anything), passes the contract probe, and no live process holds the node id
+    (unless `--replace`); False after logging `refused` with one line."""
     problem = await diagnose(store, url, must_exist=False)
+    if problem is None:
+        problem = await _layout_problem(store, clock)
     if problem is None and settings.probe:
         problem = await _probe_problem(store, url, clock)
     if problem is None and not settings.replace:
@@ -254,6 +260,15 @@ async def _store_usable(
         log.write("refused", error=problem)
         return False
     return True
+
+
+async def _layout_problem(store: ObjectStore, clock: RealClock) -> str | None:
+    """Why the store's checkpoints cannot be read (the old layout), or None."""
+    try:
+        await check_checkpoint_layout(store, clock)
+    except LaminarError as error:
+        return str(error)
+    return None
 
 
 async def _probe_problem(store: ObjectStore, url: str, clock: RealClock) -> str | None:

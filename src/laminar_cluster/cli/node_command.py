@@ -110,6 +110,14 @@ FaultLatencyOption = Annotated[
 FaultSeedOption = Annotated[
     int, option("--fault-seed", min=0, hidden=True, help="Development: fault seed.")
 ]
+FaultOutageFileOption = Annotated[
+    str | None,
+    option(
+        "--fault-outage-file",
+        hidden=True,
+        help="Development: while this file exists, every store request fails.",
+    ),
+]
 
 
 @app.command("node")
@@ -136,6 +144,7 @@ def node(
     fault_rate: FaultRateOption = 0.0,
     fault_latency_ms: FaultLatencyOption = 0.0,
     fault_seed: FaultSeedOption = 0,
+    fault_outage_file: FaultOutageFileOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Run one node (control plane, distributed checkpoints, the reference engine over the

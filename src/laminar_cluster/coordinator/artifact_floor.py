@@ -18,7 +18,7 @@ newest `retained_commits`, but never past what a reader still needs (`floor_targ
 
 The recovery cut (the greatest live Commit at or above the new floor: the newest Commit) passes
 the authority's preflight: its capsule, and `validate_cut` here: every manifest it names
-verifies and every vnode's partial is listed.
+verifies and every state object its slices name is there, long enough (one HEAD each).
 
 `floor_target` is the pure decision; `ArtifactFloorKeeper.step` does the I/O. The caller
 (`upkeep.LeaderUpkeep`) treats every error as best effort: the floor then waits for the next
@@ -40,21 +40,15 @@ from laminar_cluster.authority.cluster_outcomes import prune_cluster_outcomes_be
 from laminar_cluster.authority.handoff_pins import assignment_handoff_pin
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import CheckpointOutcome
-from laminar_cluster.coordinator.objects import EMPTY_PARTIAL_SHA256, gather_bounded
-from laminar_cluster.coordinator.paths import (
-    AttemptObject,
-    attempt_prefix,
-    parse_attempt_object,
-    parse_partial_path,
-    sink_commit_path,
-)
+from laminar_cluster.coordinator.objects import gather_bounded
+from laminar_cluster.coordinator.paths import sink_commit_path, state_path
 from laminar_cluster.coordinator.restore import capsule_manifests
 from laminar_cluster.coordinator.sink_commits import (
     read_sink_commit,
     sink_commit_from_outcome,
     write_sink_commit,
 )
-from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
@@ -63,7 +57,6 @@ from laminar_cluster.store import ObjectStore
 RETAINED_COMMITS_DEFAULT: Final = 64
 TRIGGER_COMMITS_DEFAULT: Final = 128
 MARKERS_PER_STEP_MAX: Final = 256
-CUT_LIST_PAGES_MAX: Final = 64  # pages of the cut's keys; a fence of 65,535 vnodes needs 66 KiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,42 +221,33 @@ class ArtifactFloorKeeper:
 
     async def validate_cut(self, cut: CheckpointOutcome) -> None:
         """The authority preflight's artifact check of the recovery cut: every manifest its
-        capsule names verifies (digest, participant, vnodes), and every vnode's partial is
-        there (a vnode cut empty has none, DC-15). Raises CorruptRecord (the authority then
-        refuses the floor)."""
+        capsule names verifies (digest, participant, vnodes), and every state object its slices
+        name (its own or an earlier one it references, DC-16) is there and holds them (a vnode
+        cut empty has none, DC-15): one HEAD per object. Raises CorruptRecord (the authority
+        then refuses the floor)."""
         ref = cut.recovery_capsule
         if ref is None:
             raise CorruptRecord(f"cluster Commit {cut.checkpoint_id} names no recovery capsule")
         capsule = await self.decisions.load_recovery_capsule(ref)
         manifests = await capsule_manifests(self.store, capsule)
-        wanted = {
-            vnode
-            for manifest in manifests
-            for vnode, digest in zip(manifest.vnodes, manifest.partial_sha256, strict=True)
-            if digest != EMPTY_PARTIAL_SHA256
-        }
-        listed = await self._listed_partials(cut.checkpoint_id)
-        missing = sorted(wanted - listed)
-        if missing:
+        ends: dict[str, int] = {}
+        for manifest in manifests:
+            for piece in manifest.slices:
+                holder = piece.holder
+                if holder is not None:
+                    key = state_path(holder.checkpoint_id, holder.participant.node_id)
+                    ends[key] = max(ends.get(key, 0), holder.start + holder.length)
+        sizes = await gather_bounded(functools.partial(self._size, key) for key in ends)
+        short = sorted(key for key, size in zip(ends, sizes, strict=True) if size < ends[key])
+        if short:
             raise CorruptRecord(
-                f"recovery cut {cut.checkpoint_id}: {len(missing)} partials are missing "
-                f"(first vnode {missing[0]})"
+                f"recovery cut {cut.checkpoint_id}: {len(short)} state objects are missing or "
+                f"shorter than their slices (first {short[0]})"
             )
 
-    async def _listed_partials(self, checkpoint_id: int) -> set[int]:
-        prefix = attempt_prefix(checkpoint_id)
-        vnodes: set[int] = set()
-        offset = None
-        for _ in range(CUT_LIST_PAGES_MAX):
-            page = await self.store.list(prefix, offset=offset, limit=1_000)
-            for meta in page:
-                try:
-                    kind = parse_attempt_object(meta.key)[1]
-                except CorruptRecord:
-                    continue  # a foreign key: never trusted
-                if kind is AttemptObject.PARTIAL:
-                    vnodes.add(parse_partial_path(meta.key)[1])
-            if len(page) < 1_000:
-                return vnodes
-            offset = page[-1].key
-        raise CorruptRecord(f"{prefix}: more than {CUT_LIST_PAGES_MAX} pages of keys", key=prefix)
+    async def _size(self, key: str) -> int:
+        """The object's size; -1 if it is missing."""
+        try:
+            return (await self.store.head(key)).size
+        except ObjectNotFound:
+            return -1

@@ -1,52 +1,40 @@
-"""Finding attempts by listing (docs/protocols/distributed-checkpoint.md, participant step P1).
+"""Finding a node's acked attempts by listing (docs/protocols/distributed-checkpoint.md,
+participant step P0; DC-9).
 
-Attempt IDs only grow and every attempt's keys share one zero-padded prefix, so one listing of
-`checkpoints/attempt=` after `after_attempt(id)` with limit 1 returns the first key of the next
-attempt (or nothing): each request skips a whole attempt, however many partials it holds. A
-participant keeps the last attempt it saw as its cursor, so a poll with nothing new costs one
-listing request.
+A restarted participant lists the attempt keys once, from the highest committed attempt on
+(`before_attempt`: ids are zero-padded, so listing order is numeric order), and keeps the newest
+attempt holding a manifest at its node's path. Retention leaves few attempts above the newest
+Commit, so this is one listing page in practice (at most `SCAN_PAGES_MAX` pages of
+`SCAN_PAGE_KEYS`). Steady participants never list: they poll the pointer (`pointer.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import Final
 
-from laminar_cluster.coordinator.paths import (
-    ATTEMPTS_PREFIX,
-    after_attempt,
-    before_attempt,
-    parse_attempt_key,
-)
+from laminar_cluster.coordinator.paths import ATTEMPTS_PREFIX, before_attempt, parse_manifest_path
 from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.store import ObjectStore
 
-
-async def attempts_after(
-    store: ObjectStore, cursor: int | None, *, limit: int, inclusive: bool = False
-) -> AsyncIterator[int]:
-    """Attempt IDs above `cursor` (or from `cursor` when `inclusive`), ascending, at most
-    `limit` of them (one listing request each, plus one that finds the end)."""
-    offset = None
-    if cursor is not None:
-        offset = before_attempt(cursor) if inclusive else after_attempt(cursor)
-    for _ in range(limit):
-        listed = await store.list(ATTEMPTS_PREFIX, offset=offset, limit=1)
-        if not listed:
-            return
-        key = listed[0].key
-        try:
-            checkpoint_id = parse_attempt_key(key)
-        except CorruptRecord:
-            # A foreign key under the prefix: skip past it, never trust it.
-            offset = key
-            continue
-        yield checkpoint_id
-        offset = after_attempt(checkpoint_id)
+SCAN_PAGE_KEYS: Final = 1_000
+SCAN_PAGES_MAX: Final = 4_096  # the listing's bound
 
 
-async def newest_attempt(store: ObjectStore, cursor: int | None, *, limit: int) -> int | None:
-    """The newest attempt above `cursor` within `limit` jumps (None: nothing newer)."""
-    newest = None
-    async for checkpoint_id in attempts_after(store, cursor, limit=limit):
-        newest = checkpoint_id
-    return newest
+async def newest_acked_attempt(store: ObjectStore, node_id: int, start: int | None) -> int | None:
+    """The newest attempt at or above `start` (None: from the first) holding a manifest of
+    `node_id`, or None."""
+    offset = None if start is None else before_attempt(start)
+    ours = None
+    for _ in range(SCAN_PAGES_MAX):
+        page = await store.list(ATTEMPTS_PREFIX, offset=offset, limit=SCAN_PAGE_KEYS)
+        for meta in page:
+            try:
+                checkpoint_id, owner = parse_manifest_path(meta.key)
+            except CorruptRecord:
+                continue  # any other object of an attempt, or a foreign key
+            if owner == node_id:
+                ours = checkpoint_id if ours is None else max(ours, checkpoint_id)
+        if len(page) < SCAN_PAGE_KEYS:
+            break
+        offset = page[-1].key
+    return ours

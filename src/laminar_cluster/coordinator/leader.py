@@ -10,18 +10,22 @@ It implements `rebalance.engine.handoff_checkpoint.Checkpointer`, so it is what
    that a newer prepare of the same term proves every older attempt closed;
 3. DC-1: a fresh checkpoint ID above every outcome in the authority (decision-store allocation:
    never returned twice, so an aborted ID is never reused);
-4. creates `prepare.json` (create-only);
-5. DC-3, DC-5: waits until every fence participant's manifest is verified (`collect`), or the
-   collection deadline (the caller's deadline less a reserve for recording the Abort);
+4. creates `prepare.json` (create-only), then overwrites the pointer participants poll
+   (DC-18, best effort);
+5. DC-3, DC-5, DC-16: waits until every fence participant's manifest is verified (`collect`: no
+   state is read back), a participant is lost (DC-19), or the collection deadline (the
+   caller's deadline less a reserve for recording the Abort);
 6. all sealed: the `ClusterRecoveryCapsule` (each participant's manifest SHA-256 and vnodes, the
-   union of the partials' source offsets, portable, chained to the previous committed capsule),
+   union of the slices' source offsets, portable, chained to the previous committed capsule),
    then the cluster Commit outcome (DC-2: no Commit without every manifest verified);
-7. a participant missing at the deadline, or a manifest that cannot verify: the cluster Abort
-   outcome (no capsule), success=False naming the nodes;
+7. a participant missing at the deadline or lost, or a manifest that cannot verify: the cluster
+   Abort outcome (no capsule), success=False naming the nodes; either way the pointer then
+   shows the verdict (best effort);
 8. DC-12: after our Commit, the sink's `committed.json` marker; before step 2 of every call,
    the markers of live Commits a crashed leader left missing are repaired;
-9. DC-13: after our Commit, one bounded retention step: the prepare and partials of older
-   committed attempts, and every object of attempts that can never commit, deleted;
+9. DC-13: after our Commit, one bounded retention step: the prepare and the state objects no
+   longer referenced of older committed attempts, and every object of attempts that can never
+   commit, deleted in batches;
 10. DC-14: then one artifact floor step: with `floor_policy.trigger_commits` live Commits, the
    authority's artifact floor moves up to keep the newest `retained_commits`, never past the
    handoff pin, a Commit whose marker is not read back, or the retention walk.
@@ -36,10 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from laminar_cluster.assignment.digest import fence_matches_owner_map
 from laminar_cluster.authority.cluster_outcomes import (
     highest_cluster_committed_outcome,
     highest_cluster_terminal_outcome,
@@ -47,28 +50,32 @@ from laminar_cluster.authority.cluster_outcomes import (
 )
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import (
-    CapsuleParticipant,
     CheckpointAttempt,
     CheckpointOutcome,
     CheckpointVerdict,
-    ClusterRecoveryCapsule,
     Conflict,
     PipelineIdentity,
     RecoveryCapsuleRef,
 )
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.coordinator.artifact_floor import DEFAULT_FLOOR_POLICY, ArtifactFloorPolicy
-from laminar_cluster.coordinator.collect import Collection, Sealed, collect_acks, union_offsets
-from laminar_cluster.coordinator.objects import RECORD_VERSION, encode_record
+from laminar_cluster.coordinator.collect import (
+    AckCollector,
+    Collection,
+    LostParticipants,
+    Sealed,
+)
+from laminar_cluster.coordinator.decide import capsule_of
+from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
+from laminar_cluster.coordinator.pointer import write_pointer
 from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.coordinator.slices import CommittedSlices
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
 from laminar_cluster.errors import (
     Contended,
     CorruptRecord,
     DeadlineExceeded,
-    Fenced,
-    InvalidArgument,
     LaminarError,
     Refused,
     restated,
@@ -76,9 +83,12 @@ from laminar_cluster.errors import (
 from laminar_cluster.fencing import CheckpointAssignmentFence, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentDrainTransition
-from laminar_cluster.rebalance.engine.handoff_checkpoint import EMPTY_PIPELINE, OwnersOf
+from laminar_cluster.rebalance.engine.handoff_checkpoint import (
+    EMPTY_PIPELINE,
+    OwnersOf,
+    checkpoint_refusal,
+)
 from laminar_cluster.rebalance.interfaces import CheckpointResult
-from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)
@@ -123,7 +133,10 @@ class ClusterCheckpointer:
         pipeline_identity: PipelineIdentity = EMPTY_PIPELINE,
         abort_reserve_s: float = 1.0,
         floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
+        lost: LostParticipants | None = None,
     ) -> None:
+        """`lost`: the fence participants the node's membership view holds lost (DC-19: the
+        collection aborts as soon as one of them has not acked); None never aborts early."""
         if poll_s <= 0 or abort_reserve_s <= 0:
             raise ValueError("poll_s and abort_reserve_s must be > 0")
         self.decisions = decisions
@@ -139,6 +152,7 @@ class ClusterCheckpointer:
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
+        self.collector = AckCollector(self.store, decisions, poll_s, lost)
         self.upkeep = LeaderUpkeep(self.store, decisions, authority, floor_policy)
 
     async def __call__(
@@ -162,39 +176,45 @@ class ClusterCheckpointer:
         deadline: float,
     ) -> CheckpointResult:
         proof, owners = self.proof(), self.owners_of(fence)
-        refusal = _refusal(fence, transition, proof, owners)
+        refusal = checkpoint_refusal(fence, transition, proof, owners)
         if refusal is not None:
             return _failed(restated(refusal, f"cluster checkpoint failed: {refusal}"))
         assert proof is not None and owners is not None  # refused otherwise
         repaired = await self.upkeep.repair_markers()  # DC-12
         await self._settle_previous(proof, deadline=deadline)  # DC-7
+        previous = await highest_cluster_committed_outcome(self.authority)
         started_s = self.clock.monotonic()
         attempt = CheckpointAttempt.canonical(await self._allocate(deadline=deadline))  # DC-1
         prepare = CheckpointPrepare(
-            version=RECORD_VERSION,
+            version=PREPARE_VERSION,
             attempt=attempt,
             fence=fence,
             leader_proof=proof,
             drain_transition=transition,
         )
         self._unsettled = _Unsettled(attempt, fence, proof)  # a failed create may still land
-        await self._create_prepare(prepare)
-        collection = await collect_acks(
-            self.store,
-            self.clock,
-            attempt,
-            fence,
-            owners,
-            poll_s=self.poll_s,
-            until=self._collection_deadline(deadline),
-        )
+        body = await self._create_prepare(prepare)
+        await self._point(prepare, None)  # DC-18
         self._recorded = None
-        result = await self._decide(prepare, collection, deadline=deadline)
+        collection = await self.collector.collect(
+            prepare, owners, body, previous, until=self._collection_deadline(deadline)
+        )
+        result = await self._decide(prepare, collection, previous, deadline=deadline)
+        if self._recorded is not None:
+            await self._point(prepare, self._recorded)
         duration_s = self.clock.monotonic() - started_s
         retention_started_s = self.clock.monotonic()
         step = floor = None
         if result.success:
-            step = await self.upkeep.retain(attempt.checkpoint_id, fence, deadline=deadline)
+            committed = CommittedSlices(
+                attempt.checkpoint_id,
+                fence,
+                {s.vnode: s for sealed in collection.sealed.values() for s in sealed.slices},
+            )
+            self.collector.committed = committed
+            step = await self.upkeep.retain(
+                attempt.checkpoint_id, fence, committed.holders(), deadline=deadline
+            )
             floor = await self.upkeep.advance_floor(proof, deadline=deadline)  # DC-14
         self.last = CheckpointStats(
             checkpoint_id=attempt.checkpoint_id,
@@ -209,8 +229,22 @@ class ClusterCheckpointer:
         )
         return result
 
+    async def _point(self, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None) -> None:
+        """DC-18: the pointer shows the prepare (and its verdict); best effort, a hint."""
+        try:
+            await write_pointer(self.store, prepare, verdict)
+        except LaminarError as error:
+            logger.warning(
+                "checkpoint %d: the pointer was not written: %s", prepare.attempt.epoch, error
+            )
+
     async def _decide(
-        self, prepare: CheckpointPrepare, collection: Collection, *, deadline: float
+        self,
+        prepare: CheckpointPrepare,
+        collection: Collection,
+        previous: CheckpointOutcome | None,
+        *,
+        deadline: float,
     ) -> CheckpointResult:
         """Steps 6-7: Commit with every participant sealed, else Abort."""
         attempt, fence = prepare.attempt, prepare.fence
@@ -219,6 +253,14 @@ class ClusterCheckpointer:
             node_id, why = collection.rejected
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
             return _failed(Refused(f"{name} aborted: participant {node_id} acked wrongly: {why}"))
+        if collection.lost:  # DC-19
+            await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
+            return _failed(
+                Refused(
+                    f"{name} aborted: participants {', '.join(map(str, collection.lost))} are "
+                    "suspected, dead, left or rebooted in the membership view"
+                )
+            )
         missing = collection.missing(fence)
         if missing:
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
@@ -229,7 +271,7 @@ class ClusterCheckpointer:
                 )
             )
         try:
-            ref = await self._create_capsule(prepare, collection.sealed)
+            ref = await self._create_capsule(prepare, collection.sealed, previous)
         except CorruptRecord as error:  # two partials cut one partition at different offsets
             await self._record(prepare, CheckpointVerdict.ABORT, None, deadline=deadline)
             return _failed(restated(error, f"{name} aborted: {error}"))
@@ -264,7 +306,7 @@ class ClusterCheckpointer:
             self._unsettled = None
             return
         prepare = CheckpointPrepare(
-            version=RECORD_VERSION,
+            version=PREPARE_VERSION,
             attempt=previous.attempt,
             fence=previous.fence,
             leader_proof=previous.proof,
@@ -309,7 +351,8 @@ class ClusterCheckpointer:
         minimum = 1 if latest is None else latest.checkpoint_id + 1
         return await self.decisions.allocate_checkpoint_id_at_least(minimum, deadline=deadline)
 
-    async def _create_prepare(self, prepare: CheckpointPrepare) -> None:
+    async def _create_prepare(self, prepare: CheckpointPrepare) -> bytes:
+        """Create `prepare.json`; its bytes."""
         key = prepare_path(prepare.attempt.checkpoint_id)
         body = encode_record(prepare, key=key)
         resolution = await put_resolved(self.store, key, body, CREATE)
@@ -319,33 +362,16 @@ class ClusterCheckpointer:
                 f"{prepare.attempt.checkpoint_id} ({resolution.state.value})",
                 key=key,
             )
+        return body
 
     async def _create_capsule(
-        self, prepare: CheckpointPrepare, sealed: dict[int, Sealed]
+        self,
+        prepare: CheckpointPrepare,
+        sealed: dict[int, Sealed],
+        previous: CheckpointOutcome | None,
     ) -> RecoveryCapsuleRef:
-        previous = await highest_cluster_committed_outcome(self.authority)
-        ordered = [sealed[p.node_id] for p in prepare.fence.participants]
-        capsule = ClusterRecoveryCapsule(
-            version=5,
-            attempt=prepare.attempt,
-            deployment_id=await self.decisions.load_or_create_deployment_id(),
-            pipeline_identity=self.pipeline_identity,
-            assignment_fence=prepare.fence,
-            participants=tuple(
-                CapsuleParticipant(
-                    node_id=s.participant.node_id,
-                    boot_incarnation=s.participant.boot_incarnation,
-                    manifest_sha256=s.manifest_sha256,
-                    vnodes=s.vnodes,
-                )
-                for s in ordered
-            ),
-            source_offsets=union_offsets(
-                [s.offsets for s in ordered], what=f"checkpoint {prepare.attempt.epoch}"
-            ),
-            portable=True,
-            predecessor=None if previous is None else previous.recovery_capsule,
-        )
+        deployment_id = await self.decisions.load_or_create_deployment_id()
+        capsule = capsule_of(prepare, sealed, previous, deployment_id, self.pipeline_identity)
         return await self.decisions.create_recovery_capsule(capsule)
 
     def _collection_deadline(self, deadline: float) -> float:
@@ -353,37 +379,6 @@ class ClusterCheckpointer:
         what is left)."""
         left_s = deadline - self.clock.monotonic()
         return deadline - min(self.abort_reserve_s, left_s / 2)
-
-
-def _refusal(
-    fence: CheckpointAssignmentFence,
-    transition: AssignmentDrainTransition | None,
-    proof: LeaderProof | None,
-    owners: Sequence[int] | None,
-) -> LaminarError | None:
-    """Why this process may not take a checkpoint under `fence` now, or None."""
-    if proof is None:
-        return Fenced("no live leader proof: this process is not the leader")
-    if transition is not None and transition.predecessor != fence:
-        return InvalidArgument(
-            f"drain transition {transition.predecessor.assignment_version}->"
-            f"{transition.target.assignment_version} does not start at the installed fence "
-            f"v{fence.assignment_version}"
-        )
-    leader = proof.owner
-    if fence.participant_incarnation(leader.node_id) != leader.boot_id:
-        # The authority admits a cluster outcome only from a leader inside its fence.
-        return Refused(
-            f"leader node {leader.node_id} is not a participant of fence "
-            f"v{fence.assignment_version}",
-            reason=Refusal.LEADER_NOT_A_PARTICIPANT,
-        )
-    if owners is None or not fence_matches_owner_map(fence, owners):
-        return Refused(
-            f"no owner map matching fence v{fence.assignment_version} is known locally",
-            reason=Refusal.OWNERS_UNKNOWN,
-        )
-    return None
 
 
 def _failed(error: LaminarError) -> CheckpointResult:

@@ -3,35 +3,39 @@
 
 Each `step()`:
 
-* P0 (first step only): the restart scan. The newest attempt, at or above the highest committed
-  one, holding a manifest at this node's path is the attempt a previous boot of this node may
-  have staged output for and not resolved; it becomes pending and is resolved before any new
-  cut (DC-9). The manifest plays the sink-open witness here: the decision store's witness is one
-  slot per deployment ("at most one open witness"), which N participants cannot share.
-* P1: newer attempts, by listing past a cursor (`attempts`); the newest prepare is kept.
-* P2: a pending attempt is settled first (`_decision`): its outcome or a strictly newer one
-  (`cluster_attempt_settlement`), or a newer prepare under a newer leader term, which proves the
-  old term can no longer append its outcome (DC-8). Commit only on a durable Commit (DC-6).
+* P0 (first step only): the restart scan (`attempts.newest_acked_attempt`, one listing). The
+  newest attempt holding a manifest at this node's path, at or above the last Commit, is the
+  attempt a previous boot may have staged output for and not resolved; it becomes pending and
+  is resolved before any new cut (DC-9). The manifest plays the sink-open witness here: the
+  decision store's witness is one slot per deployment, which N participants cannot share.
+* P1: the pointer (`pointer.py`), one conditional GET: the newest prepare and its verdict (hints).
+* P2: a pending attempt is settled first (`_decision`), from the authority: its outcome or a
+  strictly newer one (`cluster_attempt_settlement`), or a newer prepare under a newer leader
+  term, read back from its create-only `prepare.json`, which proves the old term can no longer
+  append its outcome (DC-8). Commit only on a durable Commit (DC-6). The authority is read when
+  the pointer moved (a verdict, a newer prepare) and otherwise on a backing-off timer.
 * P3: the newest prepare is answered only if its fence is the host's running fence and names
   this exact process (node and boot); a prepare of an older leader term than one answered
   before is ignored.
-* P4: `host.cut`, then the partials of exactly the cut's vnodes and the output, create-only (an
-  identical object is fine: retries are idempotent); a refused cut or a failed write resolves
-  Abort at once (no manifest, so no Commit can include this node). A refusal is a LaminarError
-  (logged at INFO); any other exception is a bug of the engine (or of this code): logged at
-  ERROR with its traceback and counted (`engine_bugs`, and `on_engine_bug` for the node's
-  metrics), and the attempt is still aborted.
-* P5: the manifest, last; from its first write on, the attempt is pending.
+* P4: `host.cut`, then one state object holding the slices of the vnodes that changed since
+  this node's last committed cut (`stage`; an unchanged vnode is a reference, DC-16), create-only;
+  a refused cut or a failed write resolves Abort at once (no manifest, so no Commit can include
+  this node). A refusal is a LaminarError (logged at INFO); any other exception is a bug of the
+  engine (or of this code): logged at ERROR with its traceback and counted (`engine_bugs`,
+  `on_engine_bug`), and the attempt is still aborted.
+* P5: the manifest, last, with the output and the SHA-256 of the prepare it answers; from its
+  first write on, the attempt is pending.
 * P6: wait for the decision until `decision_timeout_s`; then `host.resolve`. With no decision by
   then the attempt stays pending ("in doubt") and the host stays paused: resolving Abort while
-  the leader can still record Commit would emit the attempt's output twice.
+  the leader can still record Commit would emit the attempt's output twice. A Commit makes the
+  manifest's slices this node's baseline for the next cut's references.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,32 +43,25 @@ from laminar_cluster.authority.cluster_outcomes import (
     cluster_attempt_settlement,
     highest_cluster_committed_outcome,
 )
-from laminar_cluster.checkpoint.records import CheckpointAttempt
-from laminar_cluster.clock import Clock, retry_until, within_deadline
-from laminar_cluster.codec import sha256_hex
-from laminar_cluster.coordinator.attempts import attempts_after, newest_attempt
+from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
+from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.coordinator.attempts import newest_acked_attempt
 from laminar_cluster.coordinator.host import CheckpointHost, Cut
-from laminar_cluster.coordinator.objects import (
-    EMPTY_PARTIAL_SHA256,
-    RECORD_VERSION,
-    encode_record,
-    gather_bounded,
-    is_empty_cut,
-    output_of,
-    partial_of,
-    read_prepare,
-)
-from laminar_cluster.coordinator.paths import manifest_path, output_path, partial_path
+from laminar_cluster.coordinator.objects import read_prepare
+from laminar_cluster.coordinator.paths import manifest_path, state_path
+from laminar_cluster.coordinator.pointer import PointerReader, PollSchedule
 from laminar_cluster.coordinator.records import CheckpointPrepare, ParticipantManifest
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError, ObjectNotFound
+from laminar_cluster.coordinator.slices import CommittedSlices
+from laminar_cluster.coordinator.stage import create_ours, staged_manifest
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.store import CREATE, ObjectStore, put_resolved
+from laminar_cluster.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 
-SCAN_ATTEMPTS_MAX: Final = 4_096  # attempts one listing pass (or the restart scan) walks
 WAIT_POLLS_MAX: Final = 1_000_000  # the decision wait's count bound; its deadline ends it first
-PUT_ATTEMPTS_MAX: Final = 3
+SETTLE_FIRST_S_MIN: Final = 1.0  # the authority is read this long after an ack at the latest
+SETTLE_BACKOFF_S_MAX: Final = 8.0  # ... then doubling up to this, while the pointer is silent
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +102,17 @@ StepOutcome = Idle | Ignored | Refused | Resolved | InDoubt
 @dataclass
 class _Pending:
     prepare: CheckpointPrepare
+    manifest: ParticipantManifest | None = None  # ours (None: a previous boot's, DC-9)
     decided: bool | None = None  # known decision not yet delivered to the host
+    settle_at_s: float = 0.0  # when the authority is read at the latest
+    settle_backoff_s: float = SETTLE_FIRST_S_MIN
+    checked: int = 0  # the pointer change the last authority read followed
 
 
 class CheckpointParticipant:
-    """Answers the prepares of the fence its host runs (module docstring)."""
+    """Answers the prepares of the fence its host runs (module docstring). `interval_s` is the
+    configured checkpoint interval: the pointer is polled around the expected prepares and
+    quietly in between (`pointer.PollSchedule`); None polls it every `poll_s`."""
 
     def __init__(
         self,
@@ -119,12 +122,15 @@ class CheckpointParticipant:
         host: CheckpointHost,
         poll_s: float,
         *,
+        interval_s: float | None = None,
         prepare_timeout_s: float = 10.0,
         decision_timeout_s: float = 30.0,
         on_engine_bug: Callable[[], None] | None = None,
     ) -> None:
         if poll_s <= 0 or prepare_timeout_s <= 0 or decision_timeout_s <= 0:
             raise InvalidArgument("poll_s and the timeouts must be > 0")
+        if interval_s is not None and not interval_s > 0:
+            raise InvalidArgument(f"interval_s must be > 0, not {interval_s!r}")
         self.store = store
         self.clock = clock
         self.authority = authority
@@ -135,21 +141,25 @@ class CheckpointParticipant:
         self.errors = 0
         self.last_error: str | None = None
         self.engine_bugs = 0  # cuts that failed with an exception that is not a LaminarError
+        self.pointer = PointerReader(store)
+        self.schedule = PollSchedule.for_interval(poll_s, interval_s)
         self._on_engine_bug = on_engine_bug
         self._scanned = False
-        self._cursor: int | None = None  # the newest attempt seen by listing
-        self._newest: CheckpointPrepare | None = None
-        self._fresh = False  # `_newest` was found by this step's listing
+        self._newest: CheckpointPrepare | None = None  # the newest prepare the pointer showed
+        self._fresh = False  # `_newest` was first shown in this step
         self._handled = 0  # the newest attempt cut (or refused)
         self._max_token = 0  # the newest leader term of an answered prepare
         self._pending: _Pending | None = None
+        self._baseline: CommittedSlices | None = None  # DC-16: our last committed slices
+        self._confirmed: dict[int, bool] = {}  # DC-8: newer-term prepares read back
 
     @property
     def pending(self) -> CheckpointAttempt | None:
         return None if self._pending is None else self._pending.prepare.attempt
 
     async def run(self, shutdown: asyncio.Event) -> None:
-        """Step until `shutdown`, sleeping `poll_s` whenever there was nothing to do."""
+        """Step until `shutdown`, waiting for the next pointer poll whenever there was nothing
+        to do."""
         while not shutdown.is_set():
             outcome: StepOutcome = Idle()
             try:
@@ -163,7 +173,7 @@ class CheckpointParticipant:
 
     async def step(self) -> StepOutcome:
         # P4 (cut and writes), P6 (decision wait) and the host's resolve, each within its own
-        # timeout; listing and scans share the remainder.
+        # timeout; the pointer read and the scan share the remainder.
         deadline = self.clock.monotonic() + 3 * self.prepare_timeout_s + self.decision_timeout_s
         async with within_deadline(self.clock, deadline, "checkpoint participant step"):
             if not self._scanned:
@@ -179,80 +189,118 @@ class CheckpointParticipant:
 
     # -- P0, P1 ----------------------------------------------------------------------------------
     async def _restart_scan(self) -> None:
-        """DC-9: the newest attempt (at or above the last Commit) with this node's manifest."""
+        """DC-9: the newest attempt (at or above the last Commit) with this node's manifest, found
+        by one listing of the attempt keys from the last Commit on."""
         node_id = self.host.local_participant().node_id
         committed = await highest_cluster_committed_outcome(self.authority)
         start = None if committed is None else committed.checkpoint_id
-        ours = None
-        async for checkpoint_id in attempts_after(
-            self.store, start, limit=SCAN_ATTEMPTS_MAX, inclusive=True
-        ):
-            self._cursor = checkpoint_id
-            if await self._exists(manifest_path(checkpoint_id, node_id)):
-                ours = checkpoint_id
-        if ours is not None:
-            prepare = await read_prepare(self.store, ours)
-            if prepare is None:
-                raise CorruptRecord(
-                    f"attempt {ours} holds a manifest of node {node_id} but no prepare"
-                )
-            self._pending = _Pending(prepare)
-            self._handled = ours
-            self._max_token = prepare.leader_proof.fencing_token
-            logger.info("resolving attempt %d acked by a previous boot of node %d", ours, node_id)
-        if self._cursor is not None:
-            self._newest = await read_prepare(self.store, self._cursor)
+        ours = await newest_acked_attempt(self.store, node_id, start)
+        if ours is None:
+            return
+        prepare = await read_prepare(self.store, ours)
+        if prepare is None:
+            raise CorruptRecord(f"attempt {ours} holds a manifest of node {node_id} but no prepare")
+        self._pending = _Pending(prepare, settle_at_s=self.clock.monotonic())
+        self._handled = ours
+        self._max_token = prepare.leader_proof.fencing_token
+        logger.info("resolving attempt %d acked by a previous boot of node %d", ours, node_id)
 
     async def _discover(self) -> None:
+        """One pointer poll: a newer prepare becomes `_newest` (fresh)."""
         self._fresh = False
-        newest = await newest_attempt(self.store, self._cursor, limit=SCAN_ATTEMPTS_MAX)
-        if newest is None:
+        if not await self.pointer.poll():
             return
-        self._cursor = newest
-        prepare = await read_prepare(self.store, newest)
-        if prepare is not None:  # an attempt's objects appear only after its prepare
+        pointer = self.pointer.last
+        assert pointer is not None  # a poll that saw a change read one
+        newest, prepare = self._newest, pointer.prepare
+        if newest is None or prepare.attempt.checkpoint_id > newest.attempt.checkpoint_id:
             self._newest, self._fresh = prepare, True
+            periodic = prepare.drain_transition is None
+            self.schedule.prepare_seen(self.clock.monotonic(), periodic=periodic)
+        if self._verdict_hint() is not None and self._pending is None:
+            self.schedule.settled()
+
+    def _verdict_hint(self) -> CheckpointVerdict | None:
+        """The pointer's verdict for `_newest` (None: none shown)."""
+        pointer, newest = self.pointer.last, self._newest
+        if pointer is None or newest is None or pointer.prepare.attempt != newest.attempt:
+            return None
+        return pointer.verdict
 
     # -- P2, P6 ----------------------------------------------------------------------------------
     async def _wait(self, until: float) -> Resolved | None:
-        """Poll the pending attempt's decision until `until`; resolve it once known."""
+        """Wait for the pending attempt's decision until `until`; resolve it once known."""
         pending = self._pending
         assert pending is not None
         for poll in range(WAIT_POLLS_MAX):
             if pending.decided is None:
                 if poll:
                     await self._discover()
-                pending.decided = await self._decision(pending.prepare)
+                if self._decision_due(pending):
+                    pending.decided = await self._decision(pending.prepare)
             if pending.decided is not None:
                 return await self._resolve(pending, pending.decided)
-            remaining_s = until - self.clock.monotonic()
+            now_s = self.clock.monotonic()
+            remaining_s = until - now_s
             if remaining_s <= 0:
                 return None
-            await self.clock.sleep(min(self.poll_s, remaining_s))
+            wait_s = min(self.schedule.next_delay(now_s), max(0.0, pending.settle_at_s - now_s))
+            await self.clock.sleep(min(max(wait_s, 1e-3), remaining_s))
         return None
+
+    def _decision_due(self, pending: _Pending) -> bool:
+        """Read the authority now? When the pointer changed since the last read (a verdict, a
+        newer prepare), or the backing-off timer is due."""
+        changes = self.pointer.changes
+        moved = changes != pending.checked
+        now_s = self.clock.monotonic()
+        if not moved and now_s < pending.settle_at_s:
+            return False
+        pending.checked = changes
+        if not moved:
+            pending.settle_backoff_s = min(2 * pending.settle_backoff_s, SETTLE_BACKOFF_S_MAX)
+        pending.settle_at_s = now_s + pending.settle_backoff_s
+        return True
 
     async def _decision(self, prepare: CheckpointPrepare) -> bool | None:
         """True: committed; False: can never commit (DC-8); None: not known yet."""
         attempt = prepare.attempt
-        settlement = await cluster_attempt_settlement(self.authority, attempt)
-        if settlement is not None:
-            return settlement.epoch == attempt.epoch and settlement.is_commit()  # DC-6
         newest = self._newest
-        if (
+        newer_term = (
             newest is not None
             and newest.attempt.checkpoint_id > attempt.checkpoint_id
             and newest.leader_proof.fencing_token > prepare.leader_proof.fencing_token
-        ):
-            # DC-8: a newer term exists, so the old term can append no outcome any more; any
-            # Commit it did append would have shown in the settlement read after this prepare.
+            and await self._durable(newest)
+        )
+        settlement = await cluster_attempt_settlement(self.authority, attempt)
+        if settlement is not None:
+            return settlement.epoch == attempt.epoch and settlement.is_commit()  # DC-6
+        if newer_term:
+            # DC-8: a newer term's prepare is durable, so the old term can append no outcome
+            # any more; any Commit it did append would have shown in the settlement read above,
+            # made after that prepare was read back.
             return False
         return None
+
+    async def _durable(self, prepare: CheckpointPrepare) -> bool:
+        """The pointer's prepare is the create-only `prepare.json` (read once per attempt)."""
+        checkpoint_id = prepare.attempt.checkpoint_id
+        known = self._confirmed.get(checkpoint_id)
+        if known is None:
+            known = await read_prepare(self.store, checkpoint_id) == prepare
+            self._confirmed = {checkpoint_id: known}
+        return known
 
     async def _resolve(self, pending: _Pending, committed: bool) -> Resolved:
         attempt = pending.prepare.attempt
         deadline = self.clock.monotonic() + self.prepare_timeout_s
         await self.host.resolve(attempt, committed, deadline=deadline)
         self._pending = None
+        if committed and pending.manifest is not None:  # DC-16: the next cut's baseline
+            fence = pending.prepare.fence
+            self._baseline = CommittedSlices.of(attempt.checkpoint_id, fence, [pending.manifest])
+        if self._verdict_hint() is not None:
+            self.schedule.settled()
         logger.info("attempt %d resolved: %s", attempt.epoch, "commit" if committed else "abort")
         return Resolved(attempt, committed)
 
@@ -268,7 +316,7 @@ class CheckpointParticipant:
         if prepare.leader_proof.fencing_token < self._max_token:
             self._handled = attempt.checkpoint_id
             return Ignored(attempt, "the prepare is from an older leader term")
-        if (
+        if self._verdict_hint() is not None or (
             not self._fresh
             and await cluster_attempt_settlement(self.authority, attempt) is not None
         ):
@@ -292,7 +340,7 @@ class CheckpointParticipant:
         try:
             async with within_deadline(self.clock, deadline, f"cut of attempt {attempt.epoch}"):
                 cut = await self.host.cut(prepare, deadline=deadline)
-            digests, output_sha256 = await self._write_cut(prepare, cut, deadline=deadline)
+            manifest, body = await self._write_cut(prepare, cut, deadline=deadline)
         except Exception as error:  # the host's refusal, a failed write, or a bug
             # No manifest of ours exists, so no Commit can include us: Abort is safe now (and
             # retried by later steps if the host fails to resume).
@@ -300,22 +348,19 @@ class CheckpointParticipant:
             self._pending = _Pending(prepare, decided=False)
             await self._resolve(self._pending, False)
             return Refused(attempt, str(error))
-        vnodes = tuple(sorted(cut.vnodes))
-        manifest = ParticipantManifest(
-            version=RECORD_VERSION,
-            attempt=attempt,
-            participant=self.host.local_participant(),
-            vnodes=vnodes,
-            partial_sha256=tuple(digests[v] for v in vnodes),
-            output_sha256=output_sha256,
+        now_s, me = self.clock.monotonic(), manifest.participant
+        settle_s = max(SETTLE_FIRST_S_MIN, 10 * self.poll_s)
+        # Pending from the first manifest write on (P5).
+        self._pending = _Pending(
+            prepare,
+            manifest,
+            settle_at_s=now_s + settle_s,
+            settle_backoff_s=settle_s,
+            checked=self.pointer.changes,
         )
-        self._pending = _Pending(prepare)  # from the first manifest write on (P5)
         try:
-            await self._put(
-                manifest_path(attempt.checkpoint_id, manifest.participant.node_id),
-                encode_record(manifest, key="participant manifest"),
-                deadline,
-            )
+            key = manifest_path(attempt.checkpoint_id, me.node_id)
+            await create_ours(self.store, self.clock, key, body, deadline=deadline)
         except LaminarError as error:  # it may have landed: the decision settles it
             logger.warning("attempt %d: manifest write failed: %s", attempt.epoch, error)
         settled = await self._wait(self.clock.monotonic() + self.decision_timeout_s)
@@ -335,58 +380,21 @@ class CheckpointParticipant:
 
     async def _write_cut(
         self, prepare: CheckpointPrepare, cut: Cut, *, deadline: float
-    ) -> tuple[dict[int, str], str]:
-        """P4: every partial (none for a vnode cut empty, DC-15) and the output; their SHA-256
-        digests."""
-        attempt, me = prepare.attempt, self.host.local_participant()
-        count = prepare.fence.vnode_count
-        if any(type(v) is not int or not 0 <= v < count for v in cut.vnodes):
-            raise InvalidArgument(f"the cut names vnodes outside 0..{count - 1}")
-        empty = {v for v, vnode_cut in cut.vnodes.items() if is_empty_cut(v, vnode_cut)}
-        bodies = {
-            partial_path(attempt.checkpoint_id, v): encode_record(
-                partial_of(attempt, v, me, vnode_cut), key="vnode partial"
-            )
-            for v, vnode_cut in cut.vnodes.items()
-            if v not in empty
-        }
-        out_key = output_path(attempt.checkpoint_id, me.node_id)
-        bodies[out_key] = encode_record(output_of(attempt, me, cut.output), key="sink output")
-        await gather_bounded([self._putter(key, body, deadline) for key, body in bodies.items()])
-        digests = {
-            v: EMPTY_PARTIAL_SHA256
-            if v in empty
-            else sha256_hex(bodies[partial_path(attempt.checkpoint_id, v)])
-            for v in cut.vnodes
-        }
-        return digests, sha256_hex(bodies[out_key])
-
-    def _putter(self, key: str, body: bytes, deadline: float) -> Callable[[], Awaitable[None]]:
-        return lambda: self._put(key, body, deadline)
-
-    async def _put(self, key: str, body: bytes, deadline: float) -> None:
-        """Create-only; an identical object already there is success (idempotent retries)."""
-
-        async def once() -> None:
-            resolution = await put_resolved(self.store, key, body, CREATE)
-            if not resolution.ours:
-                raise CorruptRecord(f"{key}: holds other bytes ({resolution.state.value})", key=key)
-
-        await retry_until(
-            once, what=key, clock=self.clock, deadline=deadline, attempts_max=PUT_ATTEMPTS_MAX
-        )
-
-    async def _exists(self, key: str) -> bool:
-        try:
-            await self.store.head(key)
-        except ObjectNotFound:
-            return False
-        return True
+    ) -> tuple[ParticipantManifest, bytes]:
+        """P4: the state object (none when every slice is a reference or empty); the manifest
+        to write next and its bytes (encoded within its limit before the state is written)."""
+        me = self.host.local_participant()
+        staged, manifest, body = staged_manifest(prepare, me, cut, self._baseline)
+        if staged.state:
+            key = state_path(prepare.attempt.checkpoint_id, me.node_id)
+            await create_ours(self.store, self.clock, key, staged.state, deadline=deadline)
+        return manifest, body
 
     async def _sleep(self, shutdown: asyncio.Event) -> bool:
-        """Sleep `poll_s`, or return True early on shutdown."""
+        """Wait until the next pointer poll, or return True early on shutdown."""
+        delay_s = self.schedule.next_delay(self.clock.monotonic())
         try:
-            async with self.clock.timeout_at(self.clock.monotonic() + self.poll_s):
+            async with self.clock.timeout_at(self.clock.monotonic() + delay_s):
                 await shutdown.wait()
         except TimeoutError:
             return False

@@ -4,10 +4,13 @@ compares (docs/protocols/distributed-checkpoint.md, "Objects").
 | path | record |
 | --- | --- |
 | `checkpoints/attempt={id:020}/prepare.json` | CheckpointPrepare |
-| `checkpoints/attempt={id:020}/vnode={v:05}.json` | VnodePartial |
-| `checkpoints/attempt={id:020}/output/node={n:020}.json` | SinkOutput |
+| `checkpoints/attempt={id:020}/state/node={n:020}.bin` | state bytes (no record) |
 | `checkpoints/attempt={id:020}/manifest/node={n:020}.json` | ParticipantManifest |
 | `checkpoints/attempt={id:020}/committed.json` | SinkCommit |
+| `checkpoints/pointer.json` | CheckpointPointer |
+
+Layout 1's per-vnode partials (`vnode={v:05}.json`) and outputs (`output/node={n:020}.json`)
+are recognized only to refuse a store that holds them (`is_layout1_key`).
 
 Attempt IDs are zero-padded so that listing order is numeric order: a participant finds newer
 attempts by listing after `after_attempt(id)`, the first key past every key of attempt `id`.
@@ -26,13 +29,14 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 CHECKPOINTS_PREFIX: Final = "checkpoints/"
 ATTEMPTS_PREFIX: Final = "checkpoints/attempt="
+POINTER_PATH: Final = "checkpoints/pointer.json"
 MAX_VNODE: Final = 65_534  # vnode counts are at most 65,535 (assignment.vnode.MAX_VNODE_COUNT)
 
 _ATTEMPT = r"checkpoints/attempt=([0-9]{20})/"
 _ATTEMPT_KEY = re.compile(_ATTEMPT + r".+")
 _PREPARE = re.compile(_ATTEMPT + r"prepare\.json")
-_PARTIAL = re.compile(_ATTEMPT + r"vnode=([0-9]{5})\.json")
-_OUTPUT = re.compile(_ATTEMPT + r"output/node=([0-9]{20})\.json")
+_STATE = re.compile(_ATTEMPT + r"state/node=([0-9]{20})\.bin")
+_LAYOUT1 = re.compile(_ATTEMPT + r"(vnode=[0-9]{5}\.json|output/node=[0-9]{20}\.json)")
 _MANIFEST = re.compile(_ATTEMPT + r"manifest/node=([0-9]{20})\.json")
 _SINK_COMMIT = re.compile(_ATTEMPT + r"committed\.json")
 
@@ -59,15 +63,10 @@ def prepare_path(checkpoint_id: int) -> str:
     return f"{attempt_prefix(checkpoint_id)}prepare.json"
 
 
-def partial_path(checkpoint_id: int, vnode: int) -> str:
-    if type(vnode) is not int or not 0 <= vnode <= MAX_VNODE:
-        raise InvalidArgument(f"vnode {vnode!r} is outside 0..={MAX_VNODE}")
-    return f"{attempt_prefix(checkpoint_id)}vnode={vnode:05d}.json"
-
-
-def output_path(checkpoint_id: int, node_id: int) -> str:
+def state_path(checkpoint_id: int, node_id: int) -> str:
+    """The state object node `node_id` wrote for attempt `checkpoint_id`."""
     _check_id(node_id, what="node id", minimum=0)
-    return f"{attempt_prefix(checkpoint_id)}output/node={node_id:020d}.json"
+    return f"{attempt_prefix(checkpoint_id)}state/node={node_id:020d}.bin"
 
 
 def manifest_prefix(checkpoint_id: int) -> str:
@@ -103,26 +102,20 @@ def parse_prepare_path(key: str) -> int:
     return checkpoint_id
 
 
-def parse_partial_path(key: str) -> tuple[int, int]:
-    """(attempt ID, vnode) of a vnode partial path."""
-    match = _PARTIAL.fullmatch(key)
+def parse_state_path(key: str) -> tuple[int, int]:
+    """(attempt ID, node id) of a state object path."""
+    match = _STATE.fullmatch(key)
     if match is None:
-        raise CorruptRecord(f"{key}: not a vnode partial path", key=key)
-    checkpoint_id, vnode = _parsed_id(key, match.group(1)), int(match.group(2))
-    if vnode > MAX_VNODE:
-        raise CorruptRecord(f"{key}: vnode {vnode} is above {MAX_VNODE}", key=key)
-    _require(key, partial_path(checkpoint_id, vnode))
-    return checkpoint_id, vnode
-
-
-def parse_output_path(key: str) -> tuple[int, int]:
-    """(attempt ID, node id) of a sink output path."""
-    match = _OUTPUT.fullmatch(key)
-    if match is None:
-        raise CorruptRecord(f"{key}: not a sink output path", key=key)
+        raise CorruptRecord(f"{key}: not a state object path", key=key)
     checkpoint_id, node_id = _parsed_id(key, match.group(1)), _parsed_node(key, match.group(2))
-    _require(key, output_path(checkpoint_id, node_id))
+    _require(key, state_path(checkpoint_id, node_id))
     return checkpoint_id, node_id
+
+
+def is_layout1_key(key: str) -> bool:
+    """Whether `key` is a per-vnode partial or a separate sink output: objects only layout 1
+    (before one state object per participant) wrote."""
+    return _LAYOUT1.fullmatch(key) is not None
 
 
 def parse_manifest_path(key: str) -> tuple[int, int]:
@@ -148,8 +141,7 @@ class AttemptObject(enum.Enum):
     """The kinds of object of one attempt."""
 
     PREPARE = "prepare"
-    PARTIAL = "partial"
-    OUTPUT = "output"
+    STATE = "state"
     MANIFEST = "manifest"
     SINK_COMMIT = "sink commit"
 
@@ -160,10 +152,8 @@ def parse_attempt_object(key: str) -> tuple[int, AttemptObject]:
         return parse_prepare_path(key), AttemptObject.PREPARE
     if key.endswith("/committed.json"):
         return parse_sink_commit_path(key), AttemptObject.SINK_COMMIT
-    if "/vnode=" in key:
-        return parse_partial_path(key)[0], AttemptObject.PARTIAL
-    if "/output/" in key:
-        return parse_output_path(key)[0], AttemptObject.OUTPUT
+    if "/state/" in key:
+        return parse_state_path(key)[0], AttemptObject.STATE
     if "/manifest/" in key:
         return parse_manifest_path(key)[0], AttemptObject.MANIFEST
     raise CorruptRecord(f"{key}: not an object of a checkpoint attempt", key=key)

@@ -3,12 +3,12 @@ DC §1.9).
 
 `checkpoints/attempt={id:020}/committed.json` (`SinkCommit`) says, in the sink's own storage,
 that attempt `id` committed: the capsule of its cluster Commit, the fence and each participant's
-committed output digest (the one its verified manifest names). The leader writes it right after
-recording the Commit (`write_sink_commit`, create-only: identical bytes already there are ours,
-other bytes are CorruptRecord), and at the start of each call repairs the markers a crashed
-leader left missing (`repair_sink_commits`). The committed-output reader takes the markers as
-the list of committed attempts, so committed output does not depend on the authority keeping
-the attempt's outcome live.
+committed output digest (the SHA-256 of the output its verified manifest holds). The leader
+writes it right after recording the Commit (`write_sink_commit`, create-only: identical bytes
+already there are ours, other bytes are CorruptRecord), and at the start of each call repairs
+the markers a crashed leader left missing (`repair_sink_commits`). The committed-output reader
+takes the markers as the list of committed attempts, so committed output does not depend on the
+authority keeping the attempt's outcome live.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     RecoveryCapsuleRef,
 )
-from laminar_cluster.codec import is_sha256_hex
+from laminar_cluster.codec import is_sha256_hex, sha256_hex
 from laminar_cluster.coordinator.objects import (
-    RECORD_VERSION,
+    SINK_COMMIT_VERSION,
     encode_record,
     gather_bounded,
+    manifest_output,
     read_record,
 )
-from laminar_cluster.coordinator.paths import sink_commit_path
+from laminar_cluster.coordinator.paths import manifest_path, sink_commit_path
 from laminar_cluster.coordinator.records import SinkCommit, SinkCommitOutput
 from laminar_cluster.coordinator.restore import capsule_manifests
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
@@ -47,7 +48,7 @@ def sink_commit_of(
 ) -> SinkCommit:
     """The marker of a committed attempt; `outputs` in capsule (node) order."""
     return SinkCommit(
-        version=RECORD_VERSION,
+        version=SINK_COMMIT_VERSION,
         attempt=attempt,
         capsule=capsule,
         fence=fence,
@@ -79,9 +80,15 @@ async def sink_commit_from_outcome(
             f"cluster Commit {outcome.checkpoint_id} does not match its recovery capsule"
         )
     manifests = await capsule_manifests(store, capsule)
-    return sink_commit_of(
-        outcome.attempt, ref, fence, [(m.participant, m.output_sha256) for m in manifests]
-    )
+    checkpoint_id = outcome.attempt.checkpoint_id
+    outputs = [
+        (
+            m.participant,
+            sha256_hex(manifest_output(m, key=manifest_path(checkpoint_id, m.participant.node_id))),
+        )
+        for m in manifests
+    ]
+    return sink_commit_of(outcome.attempt, ref, fence, outputs)
 
 
 async def repair_sink_commits(

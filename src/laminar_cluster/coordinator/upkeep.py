@@ -84,14 +84,20 @@ class LeaderUpkeep:
             )
 
     async def retain(
-        self, checkpoint_id: int, fence: CheckpointAssignmentFence, *, deadline: float
+        self,
+        checkpoint_id: int,
+        fence: CheckpointAssignmentFence,
+        keep: frozenset[str],
+        *,
+        deadline: float,
     ) -> RetentionStep | None:
-        """L9, DC-13: one retention step below our Commit, within half of the time left."""
+        """L9, DC-13: one retention step below our Commit, within half of the time left;
+        `keep`: the state objects our Commit's slices name (DC-16)."""
         until = self.clock.monotonic() + (deadline - self.clock.monotonic()) / 2
-        budget = deletes_per_step(fence.vnode_count, len(fence.participants))
+        budget = deletes_per_step(len(fence.participants))
         try:
             async with within_deadline(self.clock, until, "attempt retention"):
-                return await self.retention.step(checkpoint_id, max_deletes=budget)
+                return await self.retention.step(checkpoint_id, keep, max_deletes=budget)
         except LaminarError as error:
             logger.warning("attempt retention below checkpoint %d failed: %s", checkpoint_id, error)
             return None

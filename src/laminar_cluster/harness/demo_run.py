@@ -53,10 +53,11 @@ from laminar_cluster.views.status import StatusReader, StatusView, event_log_ope
 
 TIMINGS: Final = STREAM_NODE_TIMINGS
 # A remote store (S3 and the like) answers in tens of milliseconds, not a few, and every
-# request counts: more slack, and fewer polls. A checkpoint writes one partial per vnode (256)
-# and the leader reads them all back, about 530 requests; the idle engine re-lists each owned
-# partition every `source_idle_s` and each participant lists the attempts every
-# `checkpoint_poll_s`. With file://'s 0.02 s and 0.05 s, four nodes offered moto's test server
+# request counts: more slack, and fewer polls. A checkpoint writes one state object and one
+# manifest per node whatever the vnodes (distributed-checkpoint.md "Cost"; with layout 1 it wrote
+# and read back one partial per vnode, about 530 requests for 256); the idle engine re-lists each
+# owned partition every `source_idle_s` and each participant polls the checkpoint pointer from
+# `checkpoint_poll_s` up. With file://'s 0.02 s and 0.05 s, four nodes offered moto's test server
 # (one request at a time, 3-7 ms of its CPU each) several hundred requests per second and no
 # checkpoint committed.
 REMOTE_TIMINGS: Final = dataclasses.replace(

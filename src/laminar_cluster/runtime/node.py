@@ -11,10 +11,13 @@ rebalance loop, leader duties, graceful leave: unchanged) assembled through its 
   decision store and leader authority);
 * checkpointer: the coordinator's `ClusterCheckpointer`, so the leader's periodic checkpoint
   (`LeaderDuties`, every `checkpoint_interval_s`) and the pre-rotation checkpoint of a rotation
-  are real distributed checkpoints (prepare, partials, outputs, manifests, capsule, outcome);
+  are real distributed checkpoints (prepare, state objects, manifests, capsule, outcome); its
+  collection aborts as soon as the node's membership view holds a participant that has not
+  acked lost (`lost_participants`: suspected, dead, left, or another boot; DC-19);
 * extra tasks: the engine's host (`engine`: the plane's processing and the host's restores),
   the `CheckpointParticipant` answering prepares of the fence this process runs through the
-  engine's host (`participant`; the leader is a participant too),
+  engine's host (`participant`; the leader is a participant too; it polls the checkpoint
+  pointer around the expected prepares, from `checkpoint_interval_s`),
   and the observer (`observer`): every `poll_s` the metrics' `update_from` (local state only)
   and the rotations this node settled; every `lag_every_polls` polls `update_lag_from` (reads
   the log ends, bounded); every `progress_log_s` a `progress` log event when the engine's
@@ -26,6 +29,8 @@ rebalance loop, leader duties, graceful leave: unchanged) assembled through its 
 The layer order puts `metrics` above `runtime`, so this module names what it needs from metrics
 as a Protocol; the CLI builds the `NodeMetrics`, its store wrapper and its HTTP endpoint.
 An empty event log just idles: the engine waits for the log's declared partitions.
+`run` first refuses a store of the old checkpoint layout (`coordinator.layout`), before anything
+is written.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from laminar_cluster.rebalance.node.rebalance_node import (
     StoreWrapper,
 )
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
+from laminar_cluster.runtime.checkpoint_guards import check_checkpoint_layout, lost_participants
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
@@ -198,7 +204,9 @@ class StreamNode:
         return self.node.leave_requested
 
     async def run(self) -> int:
-        """Run until left (0), stopped (1), fenced (3) or out of leave time (4)."""
+        """Run until left (0), stopped (1), fenced (3) or out of leave time (4); a store of the
+        old checkpoint layout is InvalidArgument before anything is written."""
+        await check_checkpoint_layout(self.node.store, self.node.clock)
         return await self.node.run()
 
     def request_leave(self) -> None:
@@ -246,9 +254,22 @@ class StreamNode:
         owners_of: OwnersOf,
     ) -> Checkpointer:
         inner = ClusterCheckpointer(
-            decisions, authority, proof, owners_of, poll_s=self.stream.checkpoint_poll_s
+            decisions,
+            authority,
+            proof,
+            owners_of,
+            poll_s=self.stream.checkpoint_poll_s,
+            lost=self._lost_participants,
         )
         return CountedCheckpointer(inner, authority.clock, self._checkpoint_finished)
+
+    def _lost_participants(self, fence: CheckpointAssignmentFence) -> frozenset[int]:
+        """DC-19: the participants of `fence` this node's membership view holds lost."""
+        controller = self.node.controller
+        view = None if controller is None else controller.membership_view()
+        if view is None or controller is None:
+            return frozenset()
+        return lost_participants(view, fence, controller.node_id)
 
     def _checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None:
         self.checkpoints["failed" if verdict is None else verdict.value] += 1
@@ -266,6 +287,7 @@ class StreamNode:
             ctx.authority,
             engine.host,
             stream.checkpoint_poll_s,
+            interval_s=self.node.config.checkpoint_interval_s,
             prepare_timeout_s=stream.prepare_timeout_s,
             decision_timeout_s=stream.decision_timeout_s,
             on_engine_bug=None if self.metrics is None else self.metrics.engine_bug,

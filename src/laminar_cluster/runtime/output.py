@@ -1,12 +1,13 @@
 """The committed-output reader and the reference aggregation's sink records (DC §1.9, DC §3.6;
 docs/protocols/distributed-checkpoint.md).
 
-A participant's output for one attempt (`Cut.output`, stored base64 in `SinkOutput.records_b64`
-at `checkpoints/attempt={id:020}/output/node={n:020}.json`) is opaque to the coordinator. The
+A participant's output for one attempt (`Cut.output`, stored base64 in its manifest's
+`output_b64` at `checkpoints/attempt={id:020}/manifest/node={n:020}.json`) is opaque to the
+coordinator. The
 reference aggregation's output is the msgspec msgpack encoding of a list of
 `[key, count_delta, sum_delta]` triples: what the keyed aggregation added per key since the
 participant's last committed checkpoint (`encode_aggregate_records`). `read_committed_output`
-lists the outputs of every committed attempt and shows those the visibility rules allow;
+reads the manifests of every committed attempt and shows the outputs the visibility rules allow;
 `aggregate_committed` folds aggregate records into count and sum per key.
 
 The committed attempts are those with a sink commit marker (`committed.json`, DC-12: it stays
@@ -16,8 +17,6 @@ without one (a leader that crashed before writing it; the next leader repairs it
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,17 +37,18 @@ from laminar_cluster.checkpoint.records import (
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.codec import I64, U64, sha256_hex
 from laminar_cluster.codec.types import I64_MAX, I64_MIN, U64_MAX
-from laminar_cluster.coordinator.objects import gather_bounded, read_manifest, read_record
+from laminar_cluster.coordinator.layout import layout1_error
+from laminar_cluster.coordinator.objects import gather_bounded, manifest_output, read_manifest
 from laminar_cluster.coordinator.paths import (
     ATTEMPTS_PREFIX,
     AttemptObject,
-    attempt_prefix,
-    output_path,
+    is_layout1_key,
+    manifest_path,
     parse_attempt_object,
-    parse_output_path,
+    parse_manifest_path,
     sink_commit_path,
 )
-from laminar_cluster.coordinator.records import SinkCommit, SinkOutput
+from laminar_cluster.coordinator.records import SinkCommit
 from laminar_cluster.coordinator.sink_commits import read_sink_commit
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
@@ -59,7 +59,6 @@ from laminar_cluster.store import ObjectStore
 T = TypeVar("T")
 
 DecodeRecords = Callable[[bytes], Sequence[T]]
-OUTPUTS_PER_ATTEMPT_MAX: Final = 1_000  # one output per participant; a fence has far fewer
 LIST_PAGE_KEYS: Final = 10_000
 LIST_PAGES_MAX: Final = 100_000  # the marker listing's count bound; the deadline ends it first
 FLOOR_READS_MAX: Final = 4  # listings retried because the artifact floor moved during one
@@ -164,20 +163,27 @@ async def read_committed_output(
 ) -> CommittedOutput[T]:
     """Every committed output (DC §1.9: visible only once its attempt's cluster outcome is Commit).
 
-    An output `checkpoints/attempt={id}/output/node={n}.json` is shown only if attempt `id`
-    committed (its sink commit marker, or its live cluster Commit), its participant is in the
-    committed fence and in the recovery capsule, the participant's manifest is the one the
-    capsule names (by SHA-256), and that manifest names the output's SHA-256 (DC-11), which is
-    the digest the marker holds for it (DC-12). Other outputs of committed attempts, and
-    outputs a capsule commits but the store lacks, are reported in `hidden`; attempts with
-    neither a marker nor a live Commit (aborted, unresolved) are not read. Malformed objects,
-    and a marker that disagrees with its capsule, its live Commit or a manifest, are
-    CorruptRecord.
+    The output a manifest `checkpoints/attempt={id}/manifest/node={n}.json` holds is shown only
+    if attempt `id` committed (its sink commit marker, or its live cluster Commit), its
+    participant is in the committed fence and in the recovery capsule, the manifest is the one
+    the capsule names (by SHA-256, DC-11), and the output's SHA-256 is the one the marker holds
+    for it (DC-12). Other manifests of committed attempts, and manifests a capsule commits but
+    the store lacks, are reported in `hidden`; attempts with neither a marker nor a live Commit
+    (aborted, unresolved) are not read. Malformed objects, and a marker that disagrees with its
+    capsule, its live Commit or a manifest, are CorruptRecord; a store of the old layout is
+    InvalidArgument (`coordinator.layout`).
     """
     async with within_deadline(authority.clock, deadline, "read committed output"):
-        committed = await _committed_attempts(authority)
+        committed, listed = await _committed_attempts(authority)
         attempts = await gather_bounded(
-            functools.partial(_read_attempt, authority, c, decode_records) for c in committed
+            functools.partial(
+                _read_attempt,
+                authority,
+                c,
+                listed.get(c.attempt.checkpoint_id, set()),
+                decode_records,
+            )
+            for c in committed
         )
     records: list[T] = []
     hidden: list[HiddenOutput] = []
@@ -198,12 +204,15 @@ async def read_committed_output(
 async def committed_checkpoints(authority: LeaderLeaseStore) -> tuple[int, ...]:
     """The checkpoint IDs of every committed attempt, ascending: those with a sink commit marker
     and the live Commits (below the artifact floor only markers remain, DC-14)."""
-    return tuple(c.attempt.checkpoint_id for c in await _committed_attempts(authority))
+    return tuple(c.attempt.checkpoint_id for c in (await _committed_attempts(authority))[0])
 
 
-async def _committed_attempts(authority: LeaderLeaseStore) -> list[_Committed]:
-    """Every attempt with a marker, and every live Commit without one, ascending. A marker at or
-    above the artifact floor (where every Commit is live) must have its live Commit.
+async def _committed_attempts(
+    authority: LeaderLeaseStore,
+) -> tuple[list[_Committed], dict[int, set[int]]]:
+    """Every attempt with a marker, and every live Commit without one, ascending; and the nodes
+    with a manifest, by attempt. A marker at or above the artifact floor (where every Commit is
+    live) must have its live Commit.
 
     DC-14: the leader moves the artifact floor past a Commit only once its marker is durable. So
     the artifact floor is read before the markers are listed, and the outcomes after: if the
@@ -212,11 +221,11 @@ async def _committed_attempts(authority: LeaderLeaseStore) -> list[_Committed]:
     `FLOOR_READS_MAX` times)."""
     for _ in range(FLOOR_READS_MAX):
         before = await cluster_outcome_retention_boundary(authority)
-        markers = await _sink_commits(authority.store)
+        markers, listed = await _sink_commits(authority.store)
         inventory = await cluster_outcome_inventory(authority)  # read after the markers
         floor = inventory.retention_boundary.artifact_before_epoch
         if floor == before.artifact_before_epoch:
-            return _merge(markers, inventory.outcomes, floor)
+            return _merge(markers, inventory.outcomes, floor), listed
     raise InventoryChanged(
         f"the artifact floor moved during each of {FLOOR_READS_MAX} committed-output listings"
     )
@@ -248,24 +257,30 @@ def _merge(
     return [by_id[checkpoint_id] for checkpoint_id in sorted(by_id)]
 
 
-async def _sink_commits(store: ObjectStore) -> list[SinkCommit]:
-    """Every marker under `checkpoints/attempt=` (one listing of every attempt key)."""
+async def _sink_commits(store: ObjectStore) -> tuple[list[SinkCommit], dict[int, set[int]]]:
+    """Every marker under `checkpoints/attempt=`, and the nodes with a manifest by attempt (one
+    listing of every attempt key; a key of the old layout is InvalidArgument)."""
     ids: list[int] = []
+    manifests: dict[int, set[int]] = {}
     offset = None
     for _ in range(LIST_PAGES_MAX):
         page = await store.list(ATTEMPTS_PREFIX, offset=offset, limit=LIST_PAGE_KEYS)
         for meta in page:
+            if is_layout1_key(meta.key):
+                raise layout1_error(meta.key)  # never misread (coordinator.layout)
             try:
                 checkpoint_id, kind = parse_attempt_object(meta.key)
             except CorruptRecord:
                 continue  # a foreign key: never trusted
             if kind is AttemptObject.SINK_COMMIT:
                 ids.append(checkpoint_id)
+            elif kind is AttemptObject.MANIFEST:
+                manifests.setdefault(checkpoint_id, set()).add(parse_manifest_path(meta.key)[1])
         if len(page) < LIST_PAGE_KEYS:
             break
         offset = page[-1].key
     found = await gather_bounded(functools.partial(read_sink_commit, store, i) for i in ids)
-    return [commit for commit in found if commit is not None]
+    return [commit for commit in found if commit is not None], manifests
 
 
 def _from_marker(commit: SinkCommit) -> _Committed:
@@ -274,7 +289,10 @@ def _from_marker(commit: SinkCommit) -> _Committed:
 
 
 async def _read_attempt(
-    authority: LeaderLeaseStore, committed: _Committed, decode_records: DecodeRecords[T]
+    authority: LeaderLeaseStore,
+    committed: _Committed,
+    listed: set[int],
+    decode_records: DecodeRecords[T],
 ) -> _Attempt[T]:
     checkpoint_id = committed.attempt.checkpoint_id
     capsule = await authority.require_decisions().load_recovery_capsule(committed.capsule)
@@ -289,24 +307,15 @@ async def _read_attempt(
             f"{key}: sink commit names other participants than its capsule", key=key
         )
     manifests = {(p.node_id, p.boot_incarnation): p.manifest_sha256 for p in capsule.participants}
-    prefix = f"{attempt_prefix(checkpoint_id)}output/"
-    metas = await authority.store.list(prefix, limit=OUTPUTS_PER_ATTEMPT_MAX + 1)
-    if len(metas) > OUTPUTS_PER_ATTEMPT_MAX:
-        raise CorruptRecord(f"{prefix}: more than {OUTPUTS_PER_ATTEMPT_MAX} outputs", key=prefix)
+    nodes = sorted(listed | {p.node_id for p in capsule.participants})
     found = await gather_bounded(
         functools.partial(
-            _read_output, authority.store, committed, manifests, meta.key, decode_records
+            _read_output, authority.store, committed, manifests, node_id, decode_records
         )
-        for meta in metas
+        for node_id in nodes
     )
     visible = [item for item in found if not isinstance(item, HiddenOutput)]
     hidden = [item for item in found if isinstance(item, HiddenOutput)]
-    listed = {parse_output_path(meta.key)[1] for meta in metas}
-    hidden.extend(
-        HiddenOutput(output_path(checkpoint_id, p.node_id), "output the capsule commits is missing")
-        for p in capsule.participants
-        if p.node_id not in listed
-    )
     return _Attempt(checkpoint_id, visible, hidden)
 
 
@@ -314,46 +323,30 @@ async def _read_output(
     store: ObjectStore,
     committed: _Committed,
     manifests: dict[tuple[int, str], str],
-    key: str,
+    node_id: int,
     decode_records: DecodeRecords[T],
 ) -> tuple[int, Sequence[T]] | HiddenOutput:
-    checkpoint_id, node_id = parse_output_path(key)
     attempt = committed.attempt
-    if checkpoint_id != attempt.checkpoint_id:
-        raise CorruptRecord(f"{key}: listed under attempt {attempt.checkpoint_id}", key=key)
-    read = await read_record(store, key, SinkOutput)
-    if read is None:
-        return HiddenOutput(key, "listed output is gone")
-    output, body = read
-    participant = output.participant
-    if output.attempt != attempt or participant.node_id != node_id:
-        raise CorruptRecord(f"{key}: output names another attempt or node", key=key)
+    key = manifest_path(attempt.checkpoint_id, node_id)
+    found = await read_manifest(store, attempt, node_id)
+    if found is None:
+        return HiddenOutput(key, "the manifest the capsule commits is missing")
+    manifest, body = found
+    participant = manifest.participant
     if participant not in committed.fence.participants:
         return HiddenOutput(key, "participant is not in the committed fence")
     expected_manifest = manifests.get((participant.node_id, participant.boot_incarnation))
     if expected_manifest is None:
         return HiddenOutput(key, "participant is not in the recovery capsule")
-    found = await read_manifest(store, attempt, node_id)
-    if found is None:
-        return HiddenOutput(key, "participant manifest is missing")
-    manifest, manifest_body = found
-    if sha256_hex(manifest_body) != expected_manifest or manifest.participant != participant:
+    if sha256_hex(body) != expected_manifest:
         return HiddenOutput(key, "manifest is not the one the recovery capsule names")
-    if manifest.output_sha256 != sha256_hex(body):
-        return HiddenOutput(key, "manifest names another output")
-    if committed.outputs is not None and committed.outputs.get(participant) != sha256_hex(body):
+    output = manifest_output(manifest, key=key)
+    if committed.outputs is not None and committed.outputs.get(participant) != sha256_hex(output):
         marker = sink_commit_path(attempt.checkpoint_id)
         raise CorruptRecord(
             f"{marker}: sink commit names another output of node {node_id}", key=marker
         )
-    return node_id, decode_records(_b64decode(output.records_b64, key=key))
-
-
-def _b64decode(text: str, *, key: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise CorruptRecord(f"{key}: records_b64 is not valid base64", key=key) from None
+    return node_id, decode_records(output)
 
 
 def aggregate_committed(records: Iterable[AggregateRecord]) -> dict[int, tuple[int, int]]:

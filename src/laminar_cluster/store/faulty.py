@@ -9,7 +9,9 @@ Fault kinds (`FaultKind`):
 * `PHANTOM_CONFLICT`: a create is refused without being applied but reported as
   `ObjectAlreadyExists`, as S3's 409 ConditionalRequestConflict surfaces through obstore.
 * latency: every request sleeps a random time in `[latency_s_min, latency_s_max]` first.
-* outage windows: every request in `[start, end)` of monotonic time fails `BEFORE`.
+* outage windows: every request in `[start, end)` of monotonic time fails `BEFORE`; and while
+  `outage_file` exists, every request fails `BEFORE` (a test cuts one process off the store by
+  creating the file, and lets it back by deleting it).
 
 Random faults come from `FaultConfig` rates; scripted faults (`fail_next`) hit the next
 matching request exactly, for tests of one crash point. The same seed and the same sequence of
@@ -20,6 +22,7 @@ fault is drawn, as on every backend (`api.check_*`); so is a bad configuration.
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,6 +73,7 @@ class FaultConfig:
     latency_s_min: float = 0.0
     latency_s_max: float = 0.0
     outages: tuple[tuple[float, float], ...] = ()
+    outage_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -212,6 +216,8 @@ class FaultyStore(ObjectStore):
         config = self.config
         now = self._clock.monotonic()
         if any(start <= now < end for start, end in config.outages):
+            return FaultKind.BEFORE
+        if config.outage_file is not None and os.path.exists(config.outage_file):
             return FaultKind.BEFORE
         draw = self._random.random()
         if draw < config.error_before_rate:

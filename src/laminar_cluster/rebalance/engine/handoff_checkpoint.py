@@ -127,35 +127,11 @@ class LeaderCheckpointer:
         *,
         deadline: float,
     ) -> CheckpointResult:
-        proof = self.proof()
-        if proof is None:
-            return _failed(Fenced("no live leader proof: this process is not the leader"))
-        if transition is not None and transition.predecessor != fence:
-            return _failed(
-                InvalidArgument(
-                    f"drain transition {transition.predecessor.assignment_version}->"
-                    f"{transition.target.assignment_version} does not start at the installed "
-                    f"fence v{fence.assignment_version}"
-                )
-            )
-        leader = proof.owner
-        if fence.participant_incarnation(leader.node_id) != leader.boot_id:
-            # The authority admits a cluster outcome only from a leader inside its fence.
-            return _failed(
-                Refused(
-                    f"leader node {leader.node_id} is not a participant of fence "
-                    f"v{fence.assignment_version}",
-                    reason=Refusal.LEADER_NOT_A_PARTICIPANT,
-                )
-            )
-        owners = self.owners_of(fence)
-        if owners is None or not fence_matches_owner_map(fence, owners):
-            return _failed(
-                Refused(
-                    f"no owner map matching fence v{fence.assignment_version} is known locally",
-                    reason=Refusal.OWNERS_UNKNOWN,
-                )
-            )
+        proof, owners = self.proof(), self.owners_of(fence)
+        refusal = checkpoint_refusal(fence, transition, proof, owners)
+        if refusal is not None:
+            return _failed(refusal)
+        assert proof is not None and owners is not None  # refused otherwise
         checkpoint_id = await self._allocate(deadline=deadline)
         ref = await self._create_capsule(fence, owners, checkpoint_id)
         recorded = await record_cluster_outcome(
@@ -226,3 +202,36 @@ def _failed(error: LaminarError) -> CheckpointResult:
 
 def _version(fence: CheckpointAssignmentFence | None) -> int:
     return 0 if fence is None else fence.assignment_version
+
+
+def checkpoint_refusal(
+    fence: CheckpointAssignmentFence,
+    transition: AssignmentDrainTransition | None,
+    proof: LeaderProof | None,
+    owners: Sequence[int] | None,
+) -> LaminarError | None:
+    """Why this process may not take a checkpoint under `fence` now, or None: no leader proof,
+    a drain transition that does not start at the fence, a leader outside the fence, or no
+    owner map matching the fence (also the distributed checkpoint's step L1)."""
+    if proof is None:
+        return Fenced("no live leader proof: this process is not the leader")
+    if transition is not None and transition.predecessor != fence:
+        return InvalidArgument(
+            f"drain transition {transition.predecessor.assignment_version}->"
+            f"{transition.target.assignment_version} does not start at the installed fence "
+            f"v{fence.assignment_version}"
+        )
+    leader = proof.owner
+    if fence.participant_incarnation(leader.node_id) != leader.boot_id:
+        # The authority admits a cluster outcome only from a leader inside its fence.
+        return Refused(
+            f"leader node {leader.node_id} is not a participant of fence "
+            f"v{fence.assignment_version}",
+            reason=Refusal.LEADER_NOT_A_PARTICIPANT,
+        )
+    if owners is None or not fence_matches_owner_map(fence, owners):
+        return Refused(
+            f"no owner map matching fence v{fence.assignment_version} is known locally",
+            reason=Refusal.OWNERS_UNKNOWN,
+        )
+    return None

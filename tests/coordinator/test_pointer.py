@@ -1,0 +1,148 @@
+"""Change detection without listing (DC-18): participants read `checkpoints/pointer.json` with a
+conditional GET on a schedule tied to the checkpoint interval (every wait at most `quiet_s`: the
+bound on noticing a prepare); the pointer is a hint, so a lost or stale pointer costs at most one
+aborted attempt, a lost verdict only a later (backing-off) authority read, and a corrupt pointer
+is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from laminar_cluster.checkpoint.records import CheckpointVerdict
+from laminar_cluster.coordinator import leader as leader_module
+from laminar_cluster.coordinator.participant import InDoubt, Resolved
+from laminar_cluster.coordinator.paths import POINTER_PATH
+from laminar_cluster.coordinator.pointer import QUIET_MAX_S, PointerReader, PollSchedule
+from laminar_cluster.coordinator.records import CheckpointPrepare
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.store import OVERWRITE, open_store
+from laminar_cluster.store.counting import CountingStore
+from tests.coordinator.support import make_cluster, point_at_verdict, write_prepare
+from tests.coordinator.test_participant import abort
+
+
+def test_dc18_every_wait_is_at_most_quiet_and_fast_around_the_expected_prepare() -> None:
+    schedule = PollSchedule.for_interval(0.05, 5.0)
+    assert schedule.quiet_s == QUIET_MAX_S == 1.0  # interval / 4, at most 1 s
+    assert PollSchedule.for_interval(0.05, 0.4).quiet_s == 0.1
+    assert PollSchedule.for_interval(0.05, None).quiet_s == 0.05  # unknown: every poll_s
+    # Nothing seen yet: back off from fast to quiet.
+    assert [schedule.next_delay(0.0) for _ in range(7)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    schedule.prepare_seen(10.0)  # busy: fast again, backing off
+    assert [schedule.next_delay(10.0) for _ in range(3)] == [0.05, 0.1, 0.2]
+    schedule.settled()  # decided: quiet until the window before 10 + 5 (at most quiet apart)
+    assert schedule.next_delay(10.4) == 1.0
+    assert schedule.next_delay(14.0) == pytest.approx(0.8)  # lands at the window's start
+    assert schedule.next_delay(14.85) == 0.05  # the window: due -+ 0.2 s
+    assert schedule.next_delay(15.15) == 0.05
+    late = [schedule.next_delay(15.3) for _ in range(7)]  # late: back off again, to quiet
+    assert late == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    schedule.prepare_seen(16.0)  # the period learnt: 6 s (never below the interval)
+    schedule.settled()
+    assert schedule.period_s == 6.0 and schedule.next_delay(21.85) == 0.05
+    schedule.prepare_seen(17.0, periodic=False)  # a pre-rotation prepare: nothing learnt
+    assert schedule.period_s == 6.0
+    schedule.settled()
+    assert schedule.next_delay(21.85) == 0.05  # still expected at 16 + 6
+    schedule.prepare_seen(19.0)  # a periodic one sooner than the interval: 5 s again
+    assert schedule.period_s == 5.0
+    for now_s in (0.0, 3.3, 16.9, 21.0, 99.0):
+        assert all(0 < schedule.next_delay(now_s) <= schedule.quiet_s for _ in range(10))
+    with pytest.raises(InvalidArgument):
+        PollSchedule(0.5, 0.1)
+
+
+def test_dc18_a_corrupt_pointer_is_skipped_once_and_an_unchanged_one_costs_no_body() -> None:
+    async def main() -> None:
+        store = CountingStore(open_store("memory://"))
+        reader = PointerReader(store)
+        assert not await reader.poll()  # no pointer yet
+        await store.put(POINTER_PATH, b'{"version":1}', OVERWRITE)
+        assert not await reader.poll() and reader.corrupt == 1 and reader.last is None
+        assert not await reader.poll() and reader.corrupt == 1  # the same version: not re-read
+        cluster = await make_cluster("memory://")
+        cluster.store = store.inner
+        reader = PointerReader(cluster.store)
+        attempt = await write_prepare(cluster)
+        assert await reader.poll() and reader.last is not None
+        assert reader.last.prepare.attempt == attempt and reader.last.verdict is None
+        assert not await reader.poll()  # unchanged
+        await point_at_verdict(cluster, attempt, CheckpointVerdict.COMMIT)
+        assert await reader.poll() and reader.last.verdict is CheckpointVerdict.COMMIT
+        assert reader.changes == 2
+
+    asyncio.run(main())
+
+
+def test_dc18_a_lost_verdict_is_found_by_the_backing_off_authority_read(url: str) -> None:
+    async def main() -> None:
+        cluster = await make_cluster(url)
+        host = cluster.host(2)
+        p = cluster.participant(host, decision_timeout_s=0.2)
+        attempt = await write_prepare(cluster)
+        assert await p.step() == InDoubt(attempt)
+        await abort(cluster, attempt, cluster.proof, point=False)  # the pointer write is lost
+        started = cluster.clock.monotonic()
+        outcome = await p.step()
+        for _ in range(50):
+            if outcome != InDoubt(attempt):
+                break
+            outcome = await p.step()
+        assert outcome == Resolved(attempt, False)
+        assert cluster.clock.monotonic() - started < 3.0  # the first read is due after 1 s
+
+    asyncio.run(main())
+
+
+def test_dc18_a_lost_prepare_pointer_costs_one_aborted_attempt(url: str) -> None:
+    async def main() -> None:
+        cluster = await make_cluster(url)
+        participants = [cluster.participant(cluster.host(n)) for n in (1, 2, 3)]
+        written = leader_module.write_pointer
+        lost: list[int] = []
+
+        async def lose_the_first(
+            store: object, prepare: CheckpointPrepare, verdict: object
+        ) -> None:
+            if not lost:
+                lost.append(prepare.attempt.checkpoint_id)
+                return  # the first write never lands
+            await written(store, prepare, verdict)  # type: ignore[arg-type]
+
+        leader_module.write_pointer = lose_the_first  # type: ignore[assignment]
+        try:
+            async with cluster.running(participants):
+                missed = await cluster.leader(cluster.fence, None, deadline=cluster.deadline(1.5))
+                after = await cluster.leader(cluster.fence, None, deadline=cluster.deadline())
+        finally:
+            leader_module.write_pointer = written
+        assert not missed.success and "no valid manifest by the deadline" in str(missed.error)
+        assert after.success, after.error
+        assert [h.cuts[0].checkpoint_id for h in cluster.hosts.values()] == [
+            after.checkpoint_id
+        ] * 3
+
+    asyncio.run(main())
+
+
+def test_dc18_a_stale_pointer_is_ignored(url: str) -> None:
+    """A deposed leader's late overwrite shows an older prepare: nothing newer is cut for it."""
+
+    async def main() -> None:
+        cluster = await make_cluster(url)
+        host = cluster.host(2)
+        p = cluster.participant(host, decision_timeout_s=0.2)
+        old = await write_prepare(cluster)
+        new = await write_prepare(cluster)
+        assert await p.step() == InDoubt(new)  # the newest: `old` was never shown
+        await abort(cluster, new, cluster.proof)
+        assert await p.step() == Resolved(new, False)
+        await point_at_verdict(cluster, old, CheckpointVerdict.ABORT)  # the stale overwrite
+        assert host.cuts == [new]
+        await p.step()
+        assert host.cuts == [new] and p.pending is None
+
+    asyncio.run(main())
