@@ -25,6 +25,7 @@ from laminar_cluster.lease.outcomes import (
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.probe import verify_store_contract
+from laminar_cluster.store.record_cache import caching
 
 
 class LeaderLeaseStore:
@@ -44,7 +45,9 @@ class LeaderLeaseStore:
                 f"live_commit_links_max is {live_commit_links_max}; it must be 1.."
                 f"{MAX_LIVE_AUTHORITY_LINKS}"
             )
-        self.store = store
+        # Records are read once per authority instance (a process builds one): `caching` wraps
+        # the store with this authority's memory of verified records and the watched head.
+        self.store = caching(store)
         self.clock = clock
         self.ttl_s = ttl_s
         # The checkpoint decision store of the same namespace: deployment identity, canonical
