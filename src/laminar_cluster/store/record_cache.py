@@ -187,14 +187,15 @@ async def read_watched(
     type_: type[T],
     *,
     max_bytes: int,
-) -> tuple[T, GetResult | None] | None:
-    """The current value of the small mutable object `key`, or None if it is absent.
+) -> tuple[T, str | None] | None:
+    """The current value of the small mutable object `key` with the e_tag of its version, or
+    None if it is absent.
 
-    With a remembered version, one conditional GET: unchanged, the remembered value (and None
-    for the result); changed, `decode(result)` (which checks the size against its bound,
-    decodes and validates, raising on bad bytes) with the result read, remembered with its
-    e_tag. Without one, a GET of at most `max_bytes + 1` bytes. A value that failed to decode
-    is not remembered, so every later read fails the same way until the object is fixed.
+    With a remembered version, one conditional GET: unchanged, the remembered value; changed,
+    `decode(result)` (which checks the size against its bound, decodes and validates, raising
+    on bad bytes), remembered with its e_tag. Without one, a GET of at most `max_bytes + 1`
+    bytes. A value that failed to decode is not remembered, so every later read fails the same
+    way until the object is fixed.
     """
     cache = record_cache(store)
     known = None if cache is None else cache.watched(key)
@@ -202,7 +203,7 @@ async def read_watched(
         if known is not None and isinstance(known.value, type_):
             result = await store.get_if_changed(key, known.e_tag)
             if result is None:
-                return known.value, None
+                return known.value, known.e_tag
         else:
             result = await store.get(key, end=max_bytes + 1)
     except ObjectNotFound:
@@ -212,4 +213,4 @@ async def read_watched(
     value = decode(result)
     if cache is not None:
         cache.watch(key, result.meta.e_tag, value)
-    return value, result
+    return value, result.meta.e_tag
