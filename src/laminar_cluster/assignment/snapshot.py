@@ -101,6 +101,7 @@ class AssignmentSnapshotStore:
         # (`store.record_cache`), and the head hint's version it last loaded in full at.
         self._store = caching(store)
         self._seen: _SeenHead | None = None
+        self._loaded: tuple[AssignmentSnapshot, HeadState] | None = None  # the last full load
 
     @property
     def store(self) -> ObjectStore:
@@ -124,6 +125,7 @@ class AssignmentSnapshotStore:
             raise CorruptRecord(
                 f"{snapshot_path(head)}: listed head vanished", key=snapshot_path(head)
             )
+        self._loaded = found
         return found
 
     async def load_watched(self, *, full: bool = False) -> AssignmentSnapshot | None:
@@ -131,20 +133,26 @@ class AssignmentSnapshotStore:
         conditional read of the head hint, and the full load (the inventory LIST and the head's
         objects) only when the hint changed since this instance's last full load, when that
         load could not be tied to a hint version, or when `full` (the caller's periodic
-        re-read, which bounds how long a writer that died before its hint goes unseen). A full
+        re-read, which bounds how long a writer that died before its hint goes unseen, and
+        which forgets every object this instance verified, so they are verified again). A full
         load that finds the hint wrong repairs it (`head_hint.repair_hint`)."""
+        cache = record_cache(self._store)
+        if full and cache is not None:
+            cache.clear()  # a full re-read verifies the head's objects again, too
         seen = await read_hint(self._store)
         last = self._seen
         if not full and last is not None and seen.e_tag is not None and last.e_tag == seen.e_tag:
             return last.snapshot
-        found = await self._load_state()
-        hint = None if found is None else hint_of(*found)
-        if hint is not None:
+        snapshot = await self.load()
+        found = self._loaded
+        hint = None
+        if snapshot is not None and found is not None and found[0] is snapshot:
+            hint = hint_of(*found)  # (another task's load may have replaced it meanwhile)
             await repair_hint(self._store, seen, hint)
-        cache = record_cache(self._store)
         watched = None if cache is None else cache.watched(HEAD_HINT_PATH)
-        e_tag = watched.e_tag if watched is not None and watched.value == hint else None
-        snapshot = None if found is None else found[0]
+        # Tied to the hint version that names exactly this head (an empty store never is).
+        tied = watched is not None and hint is not None and watched.value == hint
+        e_tag = watched.e_tag if tied and watched is not None else None
         self._seen = _SeenHead(e_tag=e_tag, snapshot=snapshot)
         return snapshot
 
