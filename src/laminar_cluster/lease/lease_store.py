@@ -15,6 +15,7 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease import log, term
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.observe import load_observed_head
 from laminar_cluster.lease.outcomes import (
     AppendContended,
     AppendOutcome,
@@ -94,6 +95,14 @@ class LeaderLeaseStore:
         """The published head record (after successor repair), or None."""
         head = await log.load_published_head(self.store, self.clock)
         return None if head is None else head.record
+
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None:
+        """The lease of the record the published pointer names, read as cheaply as the store
+        allows (`lease.observe.load_observed_head`: the successor probe only with `successor`,
+        no repair): what a rival polls while it observes the leader (LA §4.9.3). Never for a
+        decision."""
+        record = await load_observed_head(self.store, self.clock, successor=successor)
+        return None if record is None else record.lease
 
     async def load_published_head(self) -> PublishedHead | None:
         """The published head record with the pointer it was read through, for appends."""
