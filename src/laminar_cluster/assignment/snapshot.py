@@ -156,6 +156,12 @@ class AssignmentSnapshotStore:
         self._seen = _SeenHead(e_tag=e_tag, snapshot=snapshot)
         return snapshot
 
+    def watched_state(self, snapshot: AssignmentSnapshot) -> HeadState | None:
+        """Which object decides `snapshot`, when it is the head this instance last loaded in
+        full (None otherwise)."""
+        loaded = self._loaded
+        return loaded[1] if loaded is not None and loaded[0] is snapshot else None
+
     async def load_version(self, version: int) -> AssignmentSnapshot | None:
         return await load_effective(self._store, version)
 

@@ -104,6 +104,11 @@ class LeaderLeaseStore:
         record = await load_observed_head(self.store, self.clock, successor=successor)
         return None if record is None else record.lease
 
+    async def observe_record(self) -> LeaderAuthorityRecord | None:
+        """The record the published pointer names, read as `observe` reads it: for a loop
+        that only needs to know whether the authority moved. Never for a decision."""
+        return await load_observed_head(self.store, self.clock)
+
     async def load_published_head(self) -> PublishedHead | None:
         """The published head record with the pointer it was read through, for appends."""
         return await log.load_published_head(self.store, self.clock)

@@ -270,6 +270,10 @@ class StoreClusterController:
         self._quarantine = {(n, b) for n, b in self._quarantine if n != node}
         self._quarantine.add((node, boot))
 
+    def quarantined(self) -> frozenset[tuple[int, str]]:
+        """The exact (node, boot) processes quarantined as unresponsive."""
+        return frozenset(self._quarantine)
+
     def is_unresponsive(self, node: int) -> bool:
         boot = self._current_boot(node)
         return boot is not None and (node, boot) in self._quarantine
