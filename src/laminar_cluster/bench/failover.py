@@ -125,6 +125,23 @@ class _Bench:
         # LA-8: the new term was granted only after the killed leader's last deadline.
         return granted_at - kill_at, granted_at - last_until, _renewal_cost(run)
 
+    def rounds(
+        self,
+        rounds: int,
+        samples: list[float],
+        margins: list[float],
+        costs: list[tuple[int, int]],
+    ) -> dict[str, float | None]:
+        """`rounds` kills (their figures appended to the lists), then a last steady stretch
+        with every contender running; the steady request rates."""
+        for _ in range(rounds):
+            failover_s, margin_s, cost = self.round()
+            samples.append(failover_s)
+            margins.append(margin_s)
+            costs.append(cost)
+        self.steady_leader()
+        return self.steady_rates()
+
     def steady_rates(self) -> dict[str, float | None]:
         """Requests per second of a leader and of a follower, from every contender's
         `requests` events, over the intervals with one role throughout that overlap no failover
@@ -239,13 +256,7 @@ def run_bench_failover(
                 for node in NODES:
                     fleet.start(node)
                 bench = _Bench(fleet=fleet, runner=runner, store=store)
-                for _ in range(rounds):
-                    failover_s, margin_s, cost = bench.round()
-                    samples.append(failover_s)
-                    margins.append(margin_s)
-                    costs.append(cost)
-                bench.steady_leader()  # a last steady stretch, with every contender running
-                rates = bench.steady_rates()
+                rates = bench.rounds(rounds, samples, margins, costs)
         finally:
             runner.run(_delete_namespace(store, namespace))
             _remove_file_namespace(namespace)

@@ -1,7 +1,11 @@
 """The snapshot watcher: every node's follower side of the rebalance plane (RB §1.1
 "followers", RB §4.11; RB-11, RB-12, RB-18).
 
-Each `watcher_poll` the watcher reads the durable head and, depending on what it finds:
+Each `watcher_poll` the watcher reads the durable head and, depending on what it finds (the
+head comes through the snapshot store's head hint, AS §2.14: one conditional GET while it is
+unchanged, the inventory when it moved, after a failed head load and every
+`HEAD_FULL_READ_TICKS`-th tick; the audit of an unchanged, already adopted head is the last
+tick's, `_audit`):
 
 * A: a draining successor of the local version: audit it, install its transition, stop local
   sources at one cut and write the durable ack (a target-only joiner only notes it);
