@@ -100,15 +100,18 @@ async def create_recovery_capsule(
 
 
 async def load_recovery_capsule(
-    ctx: DecisionContext, ref: RecoveryCapsuleRef
+    ctx: DecisionContext, ref: RecoveryCapsuleRef, *, fresh: bool = False
 ) -> ClusterRecoveryCapsule:
-    """The capsule `ref` names, verified against it; a missing capsule is CorruptRecord."""
+    """The capsule `ref` names, verified against it; a missing capsule is CorruptRecord. A
+    capsule this decision store verified before is not read again, unless `fresh`: a check
+    that the capsule is durable now (before an outcome names it, before a floor or a sweep
+    relies on it) always reads it."""
     with writing("recovery capsule reference"):
         validate_capsule_ref(ref)
     deployment_id = await load_or_create_deployment_id(ctx)
     path = reference_path(ref)
     cache = record_cache(ctx.store)
-    known = None if cache is None else cache.cached(path, _Verified)
+    known = None if cache is None or fresh else cache.cached(path, _Verified)
     if known is not None and known.ref == ref:
         return known.capsule  # content addressed: verified against `ref` when first read
     what = f"recovery capsule '{ref.sha256}'"
@@ -164,7 +167,7 @@ async def validate_recovery_capsule_for_outcome(
         raise InvalidArgument(
             f"cluster commit outcome for epoch {outcome.epoch} requires a recovery capsule"
         )
-    capsule = await load_recovery_capsule(ctx, ref)
+    capsule = await load_recovery_capsule(ctx, ref, fresh=True)  # durable now, not just once
     if (
         capsule.attempt.epoch != outcome.epoch
         or capsule.attempt.checkpoint_id != outcome.checkpoint_id
