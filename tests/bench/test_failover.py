@@ -72,8 +72,10 @@ def test_bench_failover_figures_file(tmp_path: Path) -> None:
     # renewal interval; a follower reads the pointer, and the new record when it moved, about
     # once per renewal interval (retries every eighth of it while a renewal is late).
     leader, follower = figures["leader_requests_per_s"], figures["follower_requests_per_s"]
-    assert leader is not None and leader <= 3.0 / RENEW_S
-    assert follower is not None and follower <= 3.0 / RENEW_S
+    assert leader is not None and leader <= 3.0 / RENEW_S, figures
+    # (every quarter interval three reads, 12 per interval, before; late renewals on a busy
+    # host add retries, so the bound leaves room for them)
+    assert follower is not None and follower <= 6.0 / RENEW_S, figures
     # The namespace was removed.
     assert figures["namespace"].startswith(f"{root}/bench-failover-")
     assert not Path(figures["namespace"]).exists()
