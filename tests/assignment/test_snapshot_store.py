@@ -20,6 +20,7 @@ from laminar_cluster.assignment.model import (
     validate_snapshot,
 )
 from laminar_cluster.assignment.paths import (
+    HEAD_HINT_PATH,
     finalization_path,
     proposal_path,
     snapshot_path,
@@ -241,8 +242,9 @@ def test_as5_proposal_content_addressed(make_store: Callable[[], ObjectStore]) -
         body = bytearray(encode(proposal))
         body[body.index(b"1000")] = ord("2")  # same length, different bytes
         await store.put(key, bytes(body), OVERWRITE)
+        fresh = AssignmentSnapshotStore(store)  # `snaps` keeps the proposal it verified
         with pytest.raises(CorruptRecord, match="does not match its reference"):
-            await snaps.load_recovery_proposal_snapshot(ref)
+            await fresh.load_recovery_proposal_snapshot(ref)
         with pytest.raises(CorruptRecord):
             await snaps.stage_recovery_proposal(proposal)
         missing = msgspec.structs.replace(ref, sha256="0" * 64)
@@ -269,7 +271,11 @@ def test_as9_records_are_validated_before_writing_and_after_reading(
             await snaps.save_if_version(unsorted, 1)
         with pytest.raises(InvalidArgument):  # rule 6: a participant owning nothing
             await snaps.stage_recovery_proposal(_bad(assignment_version=2, owners=(1, 1)))
-        assert [meta.key for meta in await store.list("control/")] == [snapshot_path(1)]
+        # The seed and the head hint it published (AS §2.14); nothing of the refused writes.
+        assert [meta.key for meta in await store.list("control/")] == [
+            HEAD_HINT_PATH,
+            snapshot_path(1),
+        ]
         # Bytes written behind the store's back are refused on read, naming the object.
         await store.put(snapshot_path(2), encode(_bad(assignment_version=2, owners=(1, 0))), CREATE)
         with pytest.raises(CorruptRecord, match=re.escape(snapshot_path(2))):

@@ -212,6 +212,7 @@ def test_audit_fails_closed_on_a_broken_chain(make_store: Callable[[], ObjectSto
             assert caught.value.key == record_path(bad.sequence)
         await _publish(store, replace(record_at(5, renewal=1), assignment_decision_head=link(2, 2)))
         await store.delete(record_path(2))  # a live record vanished under the walk
+        auth.store.records.clear()  # ... before this process read it (read records are kept)
         with pytest.raises(InventoryChanged, match="record 2 disappeared during audit"):
             await assignment_drain_decision(auth, 3)
         # Floors whose anchor the live chain does not meet.

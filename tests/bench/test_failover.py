@@ -38,6 +38,8 @@ EXPECTED_KEYS = {
     "target_requests_per_renewal",
     "meets_failover_target",
     "meets_request_target",
+    "leader_requests_per_s",
+    "follower_requests_per_s",
 }
 
 
@@ -66,6 +68,14 @@ def test_bench_failover_figures_file(tmp_path: Path) -> None:
     assert figures["renewals_measured"] >= 2 * 3
     assert 2.0 <= figures["requests_per_renewal"] <= 3.0
     assert figures["meets_request_target"] is True
+    # Every contender is counted (LA §4.9.3 "Cost"): a leader renews (2 requests) every
+    # renewal interval; a follower reads the pointer, and the new record when it moved, about
+    # once per renewal interval (retries every eighth of it while a renewal is late).
+    leader, follower = figures["leader_requests_per_s"], figures["follower_requests_per_s"]
+    assert leader is not None and leader <= 3.0 / RENEW_S, figures
+    # (every quarter interval three reads, 12 per interval, before; late renewals on a busy
+    # host add retries, so the bound leaves room for them)
+    assert follower is not None and follower <= 6.0 / RENEW_S, figures
     # The namespace was removed.
     assert figures["namespace"].startswith(f"{root}/bench-failover-")
     assert not Path(figures["namespace"]).exists()

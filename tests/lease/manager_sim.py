@@ -269,6 +269,12 @@ class PausingAuthority:
         await self._pause()
         return lease
 
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None:
+        await self._pause()
+        lease = await self.inner.observe(successor=successor)
+        await self._pause()
+        return lease
+
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         return await self._paused(lambda: self.inner.begin_new_term(owner, deadline=deadline))
 

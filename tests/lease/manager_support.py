@@ -55,6 +55,10 @@ class FakeAuthority:
         self.call_times.append(self.clock.monotonic())
         return self.lease
 
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None:
+        """The one lease is always published: observing it is loading it."""
+        return await self.load()
+
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         return await self._run("begin_new_term", lambda: self._begin(owner))
 

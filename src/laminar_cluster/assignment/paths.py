@@ -6,6 +6,7 @@
   RecoveryMaterialization
 * `control/assignment-recovery-proposals/v1/v{N:020}/sha256={hex}.json`: AssignmentSnapshot
   (committed, content addressed)
+* `control/assignment-head/v1.json`: AssignmentHeadHint (overwritten; a change signal only)
 
 Parsers match an explicit pattern and then re-format and compare.
 """
@@ -19,6 +20,7 @@ SNAPSHOTS_PREFIX: Final = "control/assignment-snapshots/"
 MATERIALIZATIONS_PREFIX: Final = "control/assignment-snapshots/recovery-materializations/v1/"
 FINALIZATIONS_PREFIX: Final = "control/assignment-drain-finalizations/"
 PROPOSALS_PREFIX: Final = "control/assignment-recovery-proposals/v1/"
+HEAD_HINT_PATH: Final = "control/assignment-head/v1.json"
 
 _VERSION_NAME = re.compile(r"v([0-9]{20})\.json")
 

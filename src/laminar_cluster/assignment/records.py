@@ -16,6 +16,7 @@ field is `version: Literal[n]`, dict keys are strings):
 
 from __future__ import annotations
 
+import enum
 from typing import Literal
 
 from laminar_cluster.codec import I64, U64, Digest32, Record
@@ -49,3 +50,22 @@ class RecoveryMaterialization(Record):
     version: Literal[1]
     proposal: AssignmentSnapshotRef
     snapshot: AssignmentSnapshot
+
+
+class HeadState(enum.Enum):
+    """Which object of the head version decides its effective snapshot (AS §2.11 overlay)."""
+
+    COMMITTED = "committed"  # a committed raw object
+    DRAINING = "draining"  # a raw draining object, not finalized yet
+    FINALIZED = "finalized"  # a raw draining object and its finalization
+    MATERIALIZED = "materialized"  # a recovery materialization
+
+
+class AssignmentHeadHint(Record):
+    """Where the head of the snapshot store stood when it last changed: a change signal that
+    watchers read conditionally instead of listing (AS §2.14). Never authoritative: a reader
+    that sees it change loads the head through the inventory as always."""
+
+    version: Literal[1]
+    assignment_version: U64
+    state: HeadState

@@ -17,12 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from laminar_cluster.assignment.head_hint import hint_of, publish_hint, read_hint, repair_hint
 from laminar_cluster.assignment.model import (
     new_finalization,
     validate_snapshot,
 )
 from laminar_cluster.assignment.paths import (
     FINALIZATIONS_PREFIX,
+    HEAD_HINT_PATH,
     finalization_path,
     materialization_path,
     parse_version_name,
@@ -33,6 +35,7 @@ from laminar_cluster.assignment.paths import (
 from laminar_cluster.assignment.records import (
     AssignmentSnapshot,
     DrainFinalization,
+    HeadState,
     RecoveryMaterialization,
 )
 from laminar_cluster.assignment.snapshot_io import (
@@ -40,6 +43,7 @@ from laminar_cluster.assignment.snapshot_io import (
     MAX_WRAPPED_SNAPSHOT_BYTES,
     inventory,
     load_effective,
+    load_effective_state,
     load_finalization,
     load_materialization,
     load_raw,
@@ -63,6 +67,7 @@ from laminar_cluster.lease.records import (
 )
 from laminar_cluster.lease.validate_decisions import validate_snapshot_ref
 from laminar_cluster.store import CREATE, ObjectStore, ReadBack, put_resolved
+from laminar_cluster.store.record_cache import caching, record_cache
 
 # AS §2.11 prune: at most 4 batches of 64 staged proposals per version and pass.
 PROPOSAL_PRUNE_BATCH: Final = 64
@@ -92,7 +97,11 @@ class AssignmentSnapshotStore:
     `authority.assignment_decisions.AssignmentSnapshotSource`."""
 
     def __init__(self, store: ObjectStore) -> None:
-        self._store = store
+        # Every object here is create-only: this instance remembers what it read and verified
+        # (`store.record_cache`), and the head hint's version it last loaded in full at.
+        self._store = caching(store)
+        self._seen: _SeenHead | None = None
+        self._loaded: tuple[AssignmentSnapshot, HeadState] | None = None  # the last full load
 
     @property
     def store(self) -> ObjectStore:
@@ -104,15 +113,54 @@ class AssignmentSnapshotStore:
 
     async def load(self) -> AssignmentSnapshot | None:
         """The head generation with the AS §2.11 overlay, or None for an empty store."""
+        found = await self._load_state()
+        return None if found is None else found[0]
+
+    async def _load_state(self) -> tuple[AssignmentSnapshot, HeadState] | None:
         head = await self.head_version()
         if head is None:
             return None
-        snapshot = await load_effective(self._store, head)
-        if snapshot is None:  # AS-2: the listed head vanished (a racing prune): report it
+        found = await load_effective_state(self._store, head)
+        if found is None:  # AS-2: the listed head vanished (a racing prune): report it
             raise CorruptRecord(
                 f"{snapshot_path(head)}: listed head vanished", key=snapshot_path(head)
             )
+        self._loaded = found
+        return found
+
+    async def load_watched(self, *, full: bool = False) -> AssignmentSnapshot | None:
+        """The head as `load` gives it, for a watcher that asks every tick (AS §2.14): one
+        conditional read of the head hint, and the full load (the inventory LIST and the head's
+        objects) only when the hint changed since this instance's last full load, when that
+        load could not be tied to a hint version, or when `full` (the caller's periodic
+        re-read, which bounds how long a writer that died before its hint goes unseen, and
+        which forgets every object this instance verified, so they are verified again). A full
+        load that finds the hint wrong repairs it (`head_hint.repair_hint`)."""
+        cache = record_cache(self._store)
+        if full and cache is not None:
+            cache.clear()  # a full re-read verifies the head's objects again, too
+        seen = await read_hint(self._store)
+        last = self._seen
+        if not full and last is not None and seen.e_tag is not None and last.e_tag == seen.e_tag:
+            return last.snapshot
+        snapshot = await self.load()
+        found = self._loaded
+        hint = None
+        if snapshot is not None and found is not None and found[0] is snapshot:
+            hint = hint_of(*found)  # (another task's load may have replaced it meanwhile)
+            await repair_hint(self._store, seen, hint)
+        watched = None if cache is None else cache.watched(HEAD_HINT_PATH)
+        # Tied to the hint version that names exactly this head (an empty store never is).
+        tied = watched is not None and hint is not None and watched.value == hint
+        e_tag = watched.e_tag if tied and watched is not None else None
+        self._seen = _SeenHead(e_tag=e_tag, snapshot=snapshot)
         return snapshot
+
+    def watched_state(self, snapshot: AssignmentSnapshot) -> HeadState | None:
+        """Which object decides `snapshot`, when it is the head this instance last loaded in
+        full (None otherwise)."""
+        loaded = self._loaded
+        return loaded[1] if loaded is not None and loaded[0] is snapshot else None
 
     async def load_version(self, version: int) -> AssignmentSnapshot | None:
         return await load_effective(self._store, version)
@@ -132,7 +180,10 @@ class AssignmentSnapshotStore:
         head = await self.head_version()
         require(head in (None, 1), f"save_if_absent: head is already version {head}")
         resolution = await put_resolved(self._store, snapshot_path(1), body, CREATE)
-        return snapshot if _landed(resolution.state, snapshot_path(1)) else None
+        if not _landed(resolution.state, snapshot_path(1)):
+            return None
+        await publish_hint(self._store, hint_of(snapshot, HeadState.COMMITTED))
+        return snapshot
 
     async def save_if_version(self, snapshot: AssignmentSnapshot, prior: int) -> RotateResult:
         """Create version prior + 1 only (AS-3: monotonic +1, one winner per version).
@@ -144,12 +195,24 @@ class AssignmentSnapshotStore:
         require(snapshot.assignment_version == target, "save_if_version is monotonic +1 only")
         head = await self.head_version()
         if head == target:  # a retry after an ambiguous create may find its own object
-            return _rotated_or_conflict(snapshot, await self.load_version(target))
+            return await self._hinted(
+                _rotated_or_conflict(snapshot, await self.load_version(target))
+            )
         require(head == prior, f"save_if_version: head is {head}, not prior {prior}")
         resolution = await put_resolved(self._store, snapshot_path(target), body, CREATE)
         if _landed(resolution.state, snapshot_path(target)):
-            return Rotated(snapshot)
-        return _rotated_or_conflict(snapshot, await self.load_version(target))
+            return await self._hinted(Rotated(snapshot))
+        return await self._hinted(_rotated_or_conflict(snapshot, await self.load_version(target)))
+
+    async def _hinted(self, result: RotateResult, state: HeadState | None = None) -> RotateResult:
+        """`result`, after publishing the head hint of this call's object when it is durable
+        (a raw object's state is its own; `state` names the overlay's)."""
+        if isinstance(result, Rotated):
+            snapshot = result.snapshot
+            if state is None:
+                state = HeadState.DRAINING if snapshot.draining else HeadState.COMMITTED
+            await publish_hint(self._store, hint_of(snapshot, state))
+        return result
 
     async def finalize_drain(
         self,
@@ -171,16 +234,16 @@ class AssignmentSnapshotStore:
             return Conflict(await self.load_version(version))
         existing = await load_finalization(self._store, draining)
         if existing is not None:
-            return _finalized(existing, proposal)
+            return await self._hinted(_finalized(existing, proposal), HeadState.FINALIZED)
         resolution = await put_resolved(self._store, finalization_path(version), body, CREATE)
         if resolution.state is ReadBack.OURS:
-            return Rotated(proposal)
+            return await self._hinted(Rotated(proposal), HeadState.FINALIZED)
         winner = await load_finalization(self._store, draining)
         if winner is None:
             raise WriteOutcomeUnknown(
                 f"{finalization_path(version)}: create not settled", key=finalization_path(version)
             )
-        return _finalized(winner, proposal)
+        return await self._hinted(_finalized(winner, proposal), HeadState.FINALIZED)
 
     async def stage_recovery_proposal(self, proposal: AssignmentSnapshot) -> AssignmentSnapshotRef:
         """Stage a committed successor (version >= 2) under its content address; idempotent."""
@@ -201,6 +264,10 @@ class AssignmentSnapshotStore:
         with writing("assignment snapshot reference"):
             validate_snapshot_ref(ref)
         key = proposal_path(ref.version, ref.sha256)
+        cache = record_cache(self._store)
+        known = None if cache is None else cache.cached(key, AssignmentSnapshot)
+        if known is not None and snapshot_ref(known) == ref:
+            return known  # content addressed: verified when it was first read
         try:
             result = await self._store.get(key, end=ref.encoded_len + 1)
         except ObjectNotFound:
@@ -214,6 +281,8 @@ class AssignmentSnapshotStore:
             validate_snapshot(snapshot)
             if snapshot.draining or snapshot_ref(snapshot) != ref:
                 raise ShapeViolation("staged proposal does not match its reference")
+        if cache is not None:
+            cache.remember(key, snapshot, len(result.body))
         return snapshot
 
     async def load_recovery_proposal(self, ref: AssignmentSnapshotRef) -> CheckpointAssignmentFence:
@@ -245,7 +314,7 @@ class AssignmentSnapshotStore:
         if winner is None:
             raise WriteOutcomeUnknown(f"{key}: create not settled", key=key)
         if resolution.state is ReadBack.OURS and winner == record:
-            return Rotated(snapshot)
+            return await self._hinted(Rotated(snapshot), HeadState.MATERIALIZED)
         return Conflict(winner.snapshot)
 
     async def prune_before(self, before: int) -> None:
@@ -283,6 +352,15 @@ class AssignmentSnapshotStore:
                 return
             offset = page[-1].key
         raise InvalidArgument(f"{FINALIZATIONS_PREFIX}: too many finalizations to prune")
+
+
+@dataclass(frozen=True, slots=True)
+class _SeenHead:
+    """The last full load of `load_watched`: the head hint's e_tag it is tied to (None: not
+    tied to any, so the next call loads in full) and the head it found."""
+
+    e_tag: str | None
+    snapshot: AssignmentSnapshot | None
 
 
 def _encode_snapshot(snapshot: AssignmentSnapshot) -> bytes:

@@ -3,11 +3,14 @@
 
 Every GET asks for at most max+1 bytes and decodes strictly and canonically (`codec.decode`);
 every record is validated after reading (`reading(key)` turns a rule violation into
-CorruptRecord naming the object).
+CorruptRecord naming the object). Every object is create-only, so with a `store.record_cache`
+(the snapshot store's) a record that passed its checks is read once and remembered
+(`load_immutable`); absence is never remembered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, TypeVar
 
 from laminar_cluster.assignment.model import validate_finalization, validate_snapshot
@@ -22,6 +25,7 @@ from laminar_cluster.assignment.paths import (
 from laminar_cluster.assignment.records import (
     AssignmentSnapshot,
     DrainFinalization,
+    HeadState,
     RecoveryMaterialization,
 )
 from laminar_cluster.codec import Record, decode, encode, sha256_hex
@@ -30,6 +34,7 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFoun
 from laminar_cluster.lease.records import AssignmentSnapshotRef
 from laminar_cluster.lease.validate_decisions import MAX_ASSIGNMENT_SNAPSHOT_BYTES
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.store.record_cache import record_cache
 
 # AS §2.11: a proposal is <= 8 MiB; a materialization or finalization wraps one in <= 1 KiB more.
 MAX_SNAPSHOT_BYTES: Final = MAX_ASSIGNMENT_SNAPSHOT_BYTES
@@ -43,11 +48,39 @@ R = TypeVar("R", bound=Record)
 
 async def get_record(store: ObjectStore, key: str, type_: type[R], max_bytes: int) -> R | None:
     """The record at `key`, strictly decoded, or None when absent."""
+    read = await _get_sized(store, key, type_, max_bytes)
+    return None if read is None else read[0]
+
+
+async def _get_sized(
+    store: ObjectStore, key: str, type_: type[R], max_bytes: int
+) -> tuple[R, int] | None:
     try:
         result = await store.get(key, end=max_bytes + 1)
     except ObjectNotFound:
         return None
-    return decode(result.body, type_, key=key, max_bytes=max_bytes)
+    return decode(result.body, type_, key=key, max_bytes=max_bytes), len(result.body)
+
+
+async def load_immutable(
+    store: ObjectStore, key: str, type_: type[R], max_bytes: int, check: Callable[[R], None]
+) -> R | None:
+    """The create-only record at `key`, strictly decoded and passed through `check` (which
+    raises on a rule violation), or None when absent. With a `store.record_cache`, a record
+    that passed once is remembered and only `check` runs again (it is pure)."""
+    cache = record_cache(store)
+    hit = None if cache is None else cache.cached(key, type_)
+    if hit is not None:
+        check(hit)
+        return hit
+    read = await _get_sized(store, key, type_, max_bytes)
+    if read is None:
+        return None
+    record, size_bytes = read
+    check(record)
+    if cache is not None:
+        cache.remember(key, record, size_bytes)
+    return record
 
 
 async def inventory(store: ObjectStore) -> list[int]:
@@ -103,26 +136,30 @@ def _listed_version(key: str) -> int | None:
 async def load_raw(store: ObjectStore, version: int) -> AssignmentSnapshot | None:
     """The raw snapshot object of `version`, validated, whose payload version is `version`."""
     key = snapshot_path(version)
-    snapshot = await get_record(store, key, AssignmentSnapshot, MAX_SNAPSHOT_BYTES)
-    if snapshot is not None:
+
+    def check(snapshot: AssignmentSnapshot) -> None:
         with reading(key):  # AS-9: validate after reading; the path names the version
             validate_snapshot(snapshot)
             _require_version(snapshot, version)
-    return snapshot
+
+    return await load_immutable(store, key, AssignmentSnapshot, MAX_SNAPSHOT_BYTES, check)
 
 
 async def load_materialization(store: ObjectStore, version: int) -> RecoveryMaterialization | None:
     """The recovery materialization of `version`, validated: committed, at its path version,
     and its snapshot is the exact content its proposal reference addresses."""
     key = materialization_path(version)
-    found = await get_record(store, key, RecoveryMaterialization, MAX_WRAPPED_SNAPSHOT_BYTES)
-    if found is not None:
+
+    def check(found: RecoveryMaterialization) -> None:
         with reading(key):
             validate_snapshot(found.snapshot)
             _require_version(found.snapshot, version)
             if found.snapshot.draining or found.proposal != snapshot_ref(found.snapshot):
                 raise ShapeViolation("recovery materialization is not its committed proposal")
-    return found
+
+    return await load_immutable(
+        store, key, RecoveryMaterialization, MAX_WRAPPED_SNAPSHOT_BYTES, check
+    )
 
 
 async def load_finalization(
@@ -130,24 +167,37 @@ async def load_finalization(
 ) -> DrainFinalization | None:
     """The finalization of the draining version `draining`, validated against it."""
     key = finalization_path(draining.assignment_version)
-    found = await get_record(store, key, DrainFinalization, MAX_WRAPPED_SNAPSHOT_BYTES)
-    if found is not None:
+
+    def check(found: DrainFinalization) -> None:
         with reading(key):
             validate_finalization(found, draining)
-    return found
+
+    return await load_immutable(store, key, DrainFinalization, MAX_WRAPPED_SNAPSHOT_BYTES, check)
 
 
 async def load_effective(store: ObjectStore, version: int) -> AssignmentSnapshot | None:
     """AS §2.11 overlay: the recovery materialization first, else the raw object, replaced by its
     finalization's proposal when it is draining and finalized. None if absent or pruned."""
+    found = await load_effective_state(store, version)
+    return None if found is None else found[0]
+
+
+async def load_effective_state(
+    store: ObjectStore, version: int
+) -> tuple[AssignmentSnapshot, HeadState] | None:
+    """`load_effective`, with which object decided it (`HeadState`)."""
     materialized = await load_materialization(store, version)
     if materialized is not None:  # AS-7: the recovery namespace outranks the raw object
-        return materialized.snapshot
+        return materialized.snapshot, HeadState.MATERIALIZED
     raw = await load_raw(store, version)
-    if raw is None or not raw.draining:
-        return raw
+    if raw is None:
+        return None
+    if not raw.draining:
+        return raw, HeadState.COMMITTED
     finalization = await load_finalization(store, raw)
-    return raw if finalization is None else finalization.proposal
+    if finalization is None:
+        return raw, HeadState.DRAINING
+    return finalization.proposal, HeadState.FINALIZED
 
 
 def snapshot_ref(snapshot: AssignmentSnapshot) -> AssignmentSnapshotRef:

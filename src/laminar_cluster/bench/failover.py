@@ -8,9 +8,11 @@ phase of its renewal period, and time from the kill (monotonic, in this process)
 `granted` event of another contender (monotonic, same host clock); then restart the killed
 node. Reported: p50/p99 failover, the ratio failover/TTL, the floor the takeover rule allows
 (TTL minus half a renewal period: the kill lands on average half a period after the last
-renewal, and a rival may take over only a full TTL after it), and the leader's store requests
+renewal, and a rival may take over only a full TTL after it), the leader's store requests
 per renewal in steady state (each contender counts its requests with `CountingStore` and logs
-the running total with every renewal).
+the running total with every renewal), and the steady request rates of a leader and of a
+follower (every contender logs its running total and its role every renewal interval; the
+rates leave out each failover, from the kill to a renewal interval after the new grant).
 
 Every round also checks LA-8 on the logs: the new term was granted after the killed leader's
 last believed deadline (`s8_margin_min_s` > 0).
@@ -61,6 +63,7 @@ class _Bench:
     runner: asyncio.Runner
     store: ObjectStore  # the namespace, for reading the durable head
     rng: random.Random = field(default_factory=random.Random)
+    unsteady: list[tuple[float, float]] = field(default_factory=list)  # failover windows
 
     def steady_leader(self) -> tuple[int, int]:
         """Wait until every node runs and one leads steadily; (node, token) of that leader,
@@ -118,8 +121,56 @@ class _Bench:
         grant = self.first_grant_after(leader, token, kill_at)
         fleet.start(leader)
         granted_at = float(grant["believed_from"])  # when the acquiring response arrived
+        self.unsteady.append((kill_at, granted_at + fleet.renew_interval_s))
         # LA-8: the new term was granted only after the killed leader's last deadline.
         return granted_at - kill_at, granted_at - last_until, _renewal_cost(run)
+
+    def rounds(
+        self,
+        rounds: int,
+        samples: list[float],
+        margins: list[float],
+        costs: list[tuple[int, int]],
+    ) -> dict[str, float | None]:
+        """`rounds` kills (their figures appended to the lists), then a last steady stretch
+        with every contender running; the steady request rates."""
+        for _ in range(rounds):
+            failover_s, margin_s, cost = self.round()
+            samples.append(failover_s)
+            margins.append(margin_s)
+            costs.append(cost)
+        self.steady_leader()
+        return self.steady_rates()
+
+    def steady_rates(self) -> dict[str, float | None]:
+        """Requests per second of a leader and of a follower, from every contender's
+        `requests` events, over the intervals with one role throughout that overlap no failover
+        (from a kill to a renewal interval after the new grant) and no start."""
+        fleet = self.fleet
+        fleet.refresh()
+        totals = {True: [0, 0.0], False: [0, 0.0]}
+        for node in NODES:
+            before: dict[str, Any] | None = None  # the last `requests` event of this run
+            for after in fleet.events.get(node, []):
+                if after["event"] == "start":
+                    before = None  # a new process: its total starts again
+                if after["event"] != "requests":
+                    continue
+                if (
+                    before is not None
+                    and before["leader"] == after["leader"]
+                    and not self._unsteady(before["at"], after["at"])
+                ):
+                    totals[after["leader"]][0] += after["total"] - before["total"]
+                    totals[after["leader"]][1] += after["at"] - before["at"]
+                before = after
+        return {
+            f"{role}_requests_per_s": round(count / seconds, 3) if seconds else None
+            for role, (count, seconds) in (("leader", totals[True]), ("follower", totals[False]))
+        }
+
+    def _unsteady(self, start: float, end: float) -> bool:
+        return any(start < until and end > since for since, until in self.unsteady)
 
 
 def _renewal_cost(term_events: list[dict[str, Any]]) -> tuple[int, int]:
@@ -205,11 +256,7 @@ def run_bench_failover(
                 for node in NODES:
                     fleet.start(node)
                 bench = _Bench(fleet=fleet, runner=runner, store=store)
-                for _ in range(rounds):
-                    failover_s, margin_s, cost = bench.round()
-                    samples.append(failover_s)
-                    margins.append(margin_s)
-                    costs.append(cost)
+                rates = bench.rounds(rounds, samples, margins, costs)
         finally:
             runner.run(_delete_namespace(store, namespace))
             _remove_file_namespace(namespace)
@@ -222,6 +269,7 @@ def run_bench_failover(
         "renew_interval_s": renew_interval_s,
     }
     figures.update(_figures(samples, margins, costs, ttl_s, renew_interval_s))
+    figures.update(rates)
     return figures
 
 

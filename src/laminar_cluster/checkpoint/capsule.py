@@ -6,7 +6,8 @@ A capsule is stored once, by `CREATE`, at
 SHA-256 of its sorted-key canonical JSON. Its reference `{epoch, checkpoint_id, sha256, len}` is
 returned only after the capsule is durable, and only then may a cluster commit outcome publish
 it. Every load checks the reference, the size (before decoding), the canonical bytes, the digest,
-the capsule's own rules and its deployment.
+the capsule's own rules and its deployment; a decision store remembers a capsule that passed
+(`store.record_cache`: it is content addressed, so it cannot change) and does not read it again.
 
 Errors: an invalid capsule or reference given by the caller -> InvalidArgument (before any I/O);
 a stored capsule that is missing, oversized, malformed, tampered or foreign -> CorruptRecord;
@@ -15,6 +16,8 @@ differs from the proposal -> Refused.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from laminar_cluster.checkpoint.context import DecisionContext
 from laminar_cluster.checkpoint.identity import load_or_create_deployment_id
@@ -43,6 +46,7 @@ from laminar_cluster.errors import (
     WriteOutcomeUnknown,
 )
 from laminar_cluster.store import CREATE
+from laminar_cluster.store.record_cache import record_cache
 
 
 def encode_and_reference(capsule: ClusterRecoveryCapsule) -> tuple[bytes, RecoveryCapsuleRef]:
@@ -96,13 +100,20 @@ async def create_recovery_capsule(
 
 
 async def load_recovery_capsule(
-    ctx: DecisionContext, ref: RecoveryCapsuleRef
+    ctx: DecisionContext, ref: RecoveryCapsuleRef, *, fresh: bool = False
 ) -> ClusterRecoveryCapsule:
-    """The capsule `ref` names, verified against it; a missing capsule is CorruptRecord."""
+    """The capsule `ref` names, verified against it; a missing capsule is CorruptRecord. A
+    capsule this decision store verified before is not read again, unless `fresh`: a check
+    that the capsule is durable now (before an outcome names it, before a floor or a sweep
+    relies on it) always reads it."""
     with writing("recovery capsule reference"):
         validate_capsule_ref(ref)
     deployment_id = await load_or_create_deployment_id(ctx)
     path = reference_path(ref)
+    cache = record_cache(ctx.store)
+    known = None if cache is None or fresh else cache.cached(path, _Verified)
+    if known is not None and known.ref == ref:
+        return known.capsule  # content addressed: verified against `ref` when first read
     what = f"recovery capsule '{ref.sha256}'"
     read = await read_bytes(ctx.store, path, what=what, max_bytes=MAX_RECOVERY_CAPSULE_BYTES)
     if read is None:
@@ -128,7 +139,17 @@ async def load_recovery_capsule(
             f"deployment is {deployment_id}",
             key=path,
         )
+    if cache is not None:
+        cache.remember(path, _Verified(capsule, ref), len(body))
     return capsule
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A capsule that passed every check of `load_recovery_capsule` against `ref`."""
+
+    capsule: ClusterRecoveryCapsule
+    ref: RecoveryCapsuleRef
 
 
 async def validate_recovery_capsule_for_outcome(
@@ -146,7 +167,7 @@ async def validate_recovery_capsule_for_outcome(
         raise InvalidArgument(
             f"cluster commit outcome for epoch {outcome.epoch} requires a recovery capsule"
         )
-    capsule = await load_recovery_capsule(ctx, ref)
+    capsule = await load_recovery_capsule(ctx, ref, fresh=True)  # durable now, not just once
     if (
         capsule.attempt.epoch != outcome.epoch
         or capsule.attempt.checkpoint_id != outcome.checkpoint_id

@@ -183,7 +183,7 @@ async def _process_one(
     if digest in live:
         return _Work.RETAINED
     try:
-        await load_recovery_capsule(ctx, ref)
+        await load_recovery_capsule(ctx, ref, fresh=True)  # what is stored now decides
     except CorruptRecord as corrupt:
         if await _is_gone(ctx, location):
             return _Work.DELETED  # someone else removed it

@@ -45,6 +45,7 @@ from laminar_cluster.checkpoint.retention import OutcomeRetentionBoundary
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import StoreUnavailable
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.store.record_cache import caching
 
 
 class DecisionStore:
@@ -61,7 +62,10 @@ class DecisionStore:
         lock = None
         if mode is AllocatorMode.LOCAL_SINGLE_WRITER:
             lock = namespace_lock(namespace if namespace is not None else ("store", id(store)))
-        self.ctx = DecisionContext(store=store, clock=clock, mode=mode, namespace_lock=lock)
+        # Content-addressed capsules are verified once per instance (`store.record_cache`).
+        self.ctx = DecisionContext(
+            store=caching(store), clock=clock, mode=mode, namespace_lock=lock
+        )
 
     @classmethod
     def shared(cls, store: ObjectStore, *, clock: Clock) -> DecisionStore:

@@ -11,10 +11,11 @@ The log is JSON lines (one `os.write` each, O_APPEND); `at` is monotonic (RealCl
 `time.monotonic`, shared by the processes of one host). Events: `start` (pid, node, boot,
 process_term, ttl_s), `manager`, `granted` (token, seq, until, believed_from: when the acquiring
 response arrived), `renewed` (token, seq, until), `ended` (token, until; none when killed),
-`decide`/`decision` (token, epoch, result), `stop`, `refused`, `crash`. `until` is the
-manager's LeaseDeadline (LA-8: anchored at the attempt start); a belief holds on [believed_from,
-min(until, ended)]. Decisions log through `believe()` first, so no act rests on an unlogged
-belief. `requests` counts this process's store requests (`CountingStore`) for the bench.
+`decide`/`decision` (token, epoch, result), `requests` (total, leader: every renewal interval),
+`stop`, `refused`, `crash`. `until` is the manager's LeaseDeadline (LA-8: anchored at the
+attempt start); a belief holds on [believed_from, min(until, ended)]. Decisions log through
+`believe()` first, so no act rests on an unlogged belief. `requests` counts this process's
+store requests (`CountingStore`) for the bench.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class _TimedAuthority:
     async def load(self) -> LeaderLease | None:
         return await self.inner.load()
 
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None:
+        return await self.inner.observe(successor=successor)
+
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome:
         return self._noted(await self.inner.begin_new_term(owner, deadline=deadline))
 
@@ -213,6 +217,15 @@ async def _watch_beliefs(contender: _Contender) -> None:
         with contextlib.suppress(TimeoutError):
             async with contender.clock.timeout_at(contender.clock.monotonic() + BELIEF_POLL_S):
                 await manager.lease_watch.wait_changed(seen)
+
+
+async def _log_requests(contender: _Contender) -> None:
+    """Every renewal interval, this process's running request total and whether it believed
+    it led (`requests`): the failover bench's per-follower and per-leader request rates."""
+    while contender.running():
+        await contender.pause(contender.config.renew_interval_s)
+        leading = contender.token is not None
+        contender.log.write("requests", total=contender.requests.total, leader=leading)
 
 
 async def _decide(contender: _Contender) -> None:
@@ -334,6 +347,7 @@ async def _run(config: ContenderConfig, clock: Clock, log: EventLog, store: Coun
             group.create_task(_lead(contender))
             group.create_task(_watch_beliefs(contender))
             group.create_task(_stop_later(contender))
+            group.create_task(_log_requests(contender))
             if config.decisions:
                 group.create_task(_decide(contender))
     except Exception as error:  # a bug: log it where the checker looks, then fail loudly

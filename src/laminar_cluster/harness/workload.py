@@ -145,6 +145,8 @@ async def produce(
         raise InvalidArgument(f"concurrency {concurrency}; allowed 1..={PRODUCE_CONCURRENCY_MAX}")
     await log.declare_partitions(workload.partitions, deadline=deadline)
     skip = await _ends(log, workload.partitions, concurrency, deadline)
+    # A producer that died between a batch and its end publication left the ends behind.
+    await log.publish_ends(dict(enumerate(skip)), deadline=deadline)
     if any(skip):
         for partition, (held, given) in enumerate(
             zip(skip, partition_counts(workload), strict=True)

@@ -15,6 +15,7 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.lease import log, term
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
+from laminar_cluster.lease.observe import load_observed_head
 from laminar_cluster.lease.outcomes import (
     AppendContended,
     AppendOutcome,
@@ -25,6 +26,7 @@ from laminar_cluster.lease.outcomes import (
 from laminar_cluster.lease.records import LeaderAuthorityRecord, LeaderLease, LeaderLeaseOwner
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.probe import verify_store_contract
+from laminar_cluster.store.record_cache import caching
 
 
 class LeaderLeaseStore:
@@ -44,7 +46,9 @@ class LeaderLeaseStore:
                 f"live_commit_links_max is {live_commit_links_max}; it must be 1.."
                 f"{MAX_LIVE_AUTHORITY_LINKS}"
             )
-        self.store = store
+        # Records are read once per authority instance (a process builds one): `caching` wraps
+        # the store with this authority's memory of verified records and the watched head.
+        self.store = caching(store)
         self.clock = clock
         self.ttl_s = ttl_s
         # The checkpoint decision store of the same namespace: deployment identity, canonical
@@ -91,6 +95,19 @@ class LeaderLeaseStore:
         """The published head record (after successor repair), or None."""
         head = await log.load_published_head(self.store, self.clock)
         return None if head is None else head.record
+
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None:
+        """The lease of the record the published pointer names, read as cheaply as the store
+        allows (`lease.observe.load_observed_head`: the successor probe only with `successor`,
+        no repair): what a rival polls while it observes the leader (LA §4.9.3). Never for a
+        decision."""
+        record = await load_observed_head(self.store, self.clock, successor=successor)
+        return None if record is None else record.lease
+
+    async def observe_record(self) -> LeaderAuthorityRecord | None:
+        """The record the published pointer names, read as `observe` reads it: for a loop
+        that only needs to know whether the authority moved. Never for a decision."""
+        return await load_observed_head(self.store, self.clock)
 
     async def load_published_head(self) -> PublishedHead | None:
         """The published head record with the pointer it was read through, for appends."""

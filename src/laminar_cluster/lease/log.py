@@ -52,6 +52,7 @@ from laminar_cluster.lease.validate import (
     encode_record,
 )
 from laminar_cluster.store import CREATE, GetResult, IfMatch, ObjectStore, PutMode
+from laminar_cluster.store.record_cache import read_watched, record_cache
 
 _log: Final = logging.getLogger(__name__)
 _Record = LeaderAuthorityRecord | None
@@ -89,11 +90,24 @@ def new_pointer(clock: Clock, sequence: int) -> AuthorityHeadPointer:
 
 
 async def read_record(store: ObjectStore, seq: int) -> LeaderAuthorityRecord | None:
-    """Record `seq`, or None if absent (LA §4.1.1). Corrupt bytes raise CorruptRecord (LA-11)."""
+    """Record `seq`, or None if absent (LA §4.1.1). Corrupt bytes raise CorruptRecord (LA-11).
+
+    Records are create-only (LA-1), so a record this authority read and verified once is
+    remembered (`store.record_cache`) and never read again; absence is never remembered."""
     key = record_path(seq)
-    got = await _bounded_get(store, key, MAX_AUTHORITY_RECORD_BYTES, "leader authority record")
-    # LA-1, LA-11: strict decode, full validation, path seq == body seq, canonical bytes.
-    return None if got is None else decode_record(got.body, key, seq)
+
+    async def load() -> tuple[LeaderAuthorityRecord, int] | None:
+        got = await _bounded_get(store, key, MAX_AUTHORITY_RECORD_BYTES, "leader authority record")
+        if got is None:
+            return None
+        # LA-1, LA-11: strict decode, full validation, path seq == body seq, canonical bytes.
+        return decode_record(got.body, key, seq), len(got.body)
+
+    cache = record_cache(store)
+    if cache is not None:
+        return await cache.read_through(key, LeaderAuthorityRecord, load)
+    loaded = await load()
+    return None if loaded is None else loaded[0]
 
 
 async def read_record_from(
@@ -105,10 +119,19 @@ async def read_record_from(
 
 
 async def read_pointer(store: ObjectStore) -> VersionedPointer | None:
-    """The head pointer with its update version, or None if absent (LA §4.1.2)."""
-    got = await _bounded_get(store, HEAD_PATH, MAX_AUTHORITY_HEAD_BYTES, "leader authority head")
-    if got is None:
-        return None
+    """The head pointer with its update version, or None if absent (LA §4.1.2).
+
+    The pointer is watched (`store.record_cache.read_watched`): once this process read or
+    wrote a version of it, the next read is a conditional GET that returns no body while the
+    pointer is unchanged (a new nonce in every publication changes its e_tag, LA-2)."""
+    read = await read_watched(
+        store, HEAD_PATH, _decoded_pointer, VersionedPointer, max_bytes=MAX_AUTHORITY_HEAD_BYTES
+    )
+    return None if read is None else read[0]
+
+
+def _decoded_pointer(got: GetResult) -> VersionedPointer:
+    _check_size(got, HEAD_PATH, MAX_AUTHORITY_HEAD_BYTES, "leader authority head")
     pointer = decode_pointer(got.body, HEAD_PATH)
     return VersionedPointer(pointer=pointer, e_tag=got.meta.e_tag, version=got.meta.version)
 
@@ -120,12 +143,16 @@ async def _bounded_get(store: ObjectStore, key: str, max_bytes: int, what: str) 
         got = await store.get(key, end=max_bytes + 1)
     except ObjectNotFound:
         return None
+    _check_size(got, key, max_bytes, what)
+    return got
+
+
+def _check_size(got: GetResult, key: str, max_bytes: int, what: str) -> None:
     size = got.meta.size
     if not 1 <= size <= max_bytes:
         raise CorruptRecord(f"{key}: {what} is {size} bytes; expected 1..={max_bytes}", key=key)
     if not got.complete:
         raise CorruptRecord(f"{key}: read {len(got.body)} of {size} bytes (torn read)", key=key)
-    return got
 
 
 async def publish_pointer(
@@ -173,9 +200,15 @@ async def _publish_pointer(
         result = await store.put(HEAD_PATH, encode_pointer(written), mode)
     except _WRITE_ERRORS as error:
         return await _reconcile_pointer(store, target_seq, expected, error), None
+    cache = record_cache(store)
     if result.e_tag is None and result.version is None:
+        if cache is not None:
+            cache.forget(HEAD_PATH)
         return target_seq, None
-    return target_seq, VersionedPointer(pointer=written, e_tag=result.e_tag, version=result.version)
+    published = VersionedPointer(pointer=written, e_tag=result.e_tag, version=result.version)
+    if cache is not None:
+        cache.watch(HEAD_PATH, result.e_tag, published)  # our next read finds it unchanged
+    return target_seq, published
 
 
 async def _reconcile_pointer(
@@ -361,6 +394,9 @@ async def append(
     try:
         await store.put(key, body, CREATE)  # LA-1: records are create-only
         created = True
+        cache = record_cache(store)
+        if cache is not None:
+            cache.remember(key, candidate, len(body))  # validated by encode_record
     except _WRITE_ERRORS as error:
         # Read the exact key back: the create may have landed despite the error.
         durable = await read_record(store, seq)

@@ -41,6 +41,7 @@ from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.lease.candidacy import CandidacyWatch, LeaderCandidacy
 from laminar_cluster.lease.deadline import LeaseDeadline, LeaseWatch
 from laminar_cluster.lease.limits import DEFAULT_RENEW_INTERVAL_S, DEFAULT_TTL_S
+from laminar_cluster.lease.observe import ObservationSchedule
 from laminar_cluster.lease.outcomes import Acquired, Held, LeaderLeaseObservation, LeaseOutcome
 from laminar_cluster.lease.records import LeaderLease, LeaderLeaseOwner
 from laminar_cluster.lease.term import lease_grants_leadership, lease_grants_proof, ttl_ms_of
@@ -55,7 +56,8 @@ class LeaseManagerConfig:
 
     ttl_s: float = DEFAULT_TTL_S
     renew_interval_s: float = DEFAULT_RENEW_INTERVAL_S
-    # How often a rival re-reads the head while it observes; None = renew_interval_s / 4.
+    # How often a rival re-reads the head while it observes; None: once per renewal interval,
+    # timed for just after the rival's next renewal (`lease.observe.ObservationSchedule`).
     observe_interval_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -72,12 +74,6 @@ class LeaseManagerConfig:
             )
 
     @property
-    def observe_every_s(self) -> float:
-        if self.observe_interval_s is not None:
-            return self.observe_interval_s
-        return self.renew_interval_s / 4
-
-    @property
     def ttl_ms(self) -> int:
         return ttl_ms_of(self.ttl_s)
 
@@ -89,6 +85,8 @@ class LeaderLeaseAuthority(Protocol):
     def ttl_s(self) -> float: ...
 
     async def load(self) -> LeaderLease | None: ...
+
+    async def observe(self, *, successor: bool = False) -> LeaderLease | None: ...
 
     async def begin_new_term(self, owner: LeaderLeaseOwner, *, deadline: float) -> LeaseOutcome: ...
 
@@ -199,6 +197,11 @@ class LeaderLeaseManager:
         self._deadline = LeaseDeadline(clock)
         self._watch = LeaseWatch()
         self._started = False
+        self._schedule = ObservationSchedule(
+            renew_interval_s=config.renew_interval_s,
+            ttl_ms=config.ttl_ms,
+            fixed_period_s=config.observe_interval_s,
+        )
         # Monotonic time this manager last learned who holds the lease (itself or a rival);
         # for readiness only, never for a lease decision.
         self.known_at_s: float | None = None
@@ -303,8 +306,9 @@ class LeaderLeaseManager:
         state: _TermState,
     ) -> bool:
         """While a rival is observed: take over exactly when a full ttl has passed since the
-        observation started (LA-7), else re-read the head every `observe_every_s` so that the
-        observation of the rival's last renewal starts as soon after it as possible."""
+        observation started (LA-7), else re-read the head when the `ObservationSchedule` says
+        (LA §4.9.3), so that the observation of the rival's last renewal starts soon after it;
+        the reading rate never makes the takeover itself earlier (`lease.observe`)."""
         observation = state.observation
         assert observation is not None
         if now >= observation.started_s + self._config.ttl_s:
@@ -315,7 +319,7 @@ class LeaderLeaseManager:
             return await self._attempt(candidacy, seen, shutdown, state)
         if now < state.next_poll:
             return True
-        state.next_poll = now + self._config.observe_every_s
+        state.next_poll = now + self._schedule.retry_s  # unless the read answers (`_on_held`)
         event = await self._race(
             self._poll_rival, candidacy, seen, shutdown, wake_at=now + self._config.ttl_s
         )
@@ -335,8 +339,9 @@ class LeaderLeaseManager:
         return True
 
     async def _poll_rival(self) -> LeaseOutcome:
-        """The current head as `Held`, for `_on_held` to keep or restart the observation."""
-        lease = await self._authority.load()
+        """The published head as `Held` (the cheap observation read), for `_on_held` to keep
+        or restart the observation."""
+        lease = await self._authority.observe(successor=self._schedule.probe_successor)
         if lease is None:
             raise CorruptRecord("observed leader lease disappeared")
         return Held(lease=lease)
@@ -429,10 +434,17 @@ class LeaderLeaseManager:
             state.observation = None
             return
         observed = state.observation
-        if observed is not None and observed.lease.liveness_identity() == rival.liveness_identity():
+        now = self._clock.monotonic()
+        # A read behind the observed record (a probe found S + 1 before its pointer moved, the
+        # next read saw S again) is no change of the rival: it keeps the observation.
+        renewed = observed is None or (
+            rival.seq > observed.lease.seq
+            and observed.lease.liveness_identity() != rival.liveness_identity()
+        )
+        state.next_poll = self._schedule.next_read(now, self._clock.wall_ms(), rival, renewed)
+        if not renewed:
             return  # LA-7: an unchanged rival keeps the running observation
         try:
-            state.next_poll = self._clock.monotonic() + self._config.observe_every_s
             state.observation = self._authority.observe_rival(self._owner, rival)
         except LaminarError as error:
             logger.warning("leader lease observation rejected: %s", error)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.clock import Clock
@@ -12,6 +12,15 @@ from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.interfaces import ClusterController, RebalanceEngine
 
 
+@dataclass(slots=True)
+class AttemptMark:
+    """Set by `try_rebalance` when an attempt found nothing to do that only a change of its
+    inputs could undo (no live or admitted successor, or a plan equal to the head), as opposed
+    to an attempt that deferred (waiting for reports, a drain, a recovery)."""
+
+    idle: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class RebalanceContext:
     controller: ClusterController
@@ -19,6 +28,7 @@ class RebalanceContext:
     snapshots: AssignmentSnapshotStore
     config: RebalanceConfig
     vnode_count: int
+    attempt: AttemptMark = field(default_factory=AttemptMark)
 
     @property
     def clock(self) -> Clock:

@@ -3,7 +3,10 @@ serves). The host restores vnodes in its own task (rebalance/engine/vnode_host.p
 
 Each turn of the loop learns the log's partition count (once the producer declared it), then
 reads up to `read_parallelism` partitions and applies the batches, holding `intake.executing()`
-(authority closure waits for it). Each batch is applied synchronously and the loop yields after
+(authority closure waits for it; a turn after an idle wait first polls the log's published
+ends, one conditional GET, so a caught-up partition is listed only when it moved; idle waits
+double from `idle_s` to `idle_max_s` while nothing is new, which bounds how late new events are
+noticed). Each batch is applied synchronously and the loop yields after
 it (so renewals and checkpoint work run between batches); before each batch it re-checks that
 intake is open and the partition still stands where it was read: reads have no effects, so a
 read overtaken by a cut, a gate, a drain or an adoption is dropped. Expected failures
@@ -48,6 +51,7 @@ class EngineLoop:
         self.config, self.table, self.counters = config, table, counters
         self.partitions_known = partitions_known
         self._partitions_after = 0.0  # an absent layout is asked for again after retry_s
+        self._idle_s = 0.0  # the last idle wait (0: the last step worked)
 
     async def run(self, intake: Intake, shutdown: asyncio.Event) -> None:
         config = self.config
@@ -58,8 +62,12 @@ class EngineLoop:
                 intake.failed(error)
                 await intake.changed(config.retry_s)
                 continue
-            if not worked:
-                await intake.changed(config.idle_s)
+            if worked:
+                self._idle_s = 0.0
+                continue
+            # Back off while nothing is new: each idle wait doubles, up to idle_max_s.
+            self._idle_s = min(max(self._idle_s * 2, config.idle_s), config.idle_max_s)
+            await intake.changed(self._idle_s)
 
     async def step(self, intake: Intake) -> bool:
         """One turn: learn the partition count (if due), process; False when there was
@@ -87,6 +95,9 @@ class EngineLoop:
         if not reads:
             return False
         deadline = self.clock.monotonic() + self.config.read_timeout_s
+        if self._idle_s:  # after an idle wait: what moved? (reads list only what did)
+            async with within_deadline(self.clock, deadline, "source ends"):
+                await self.log.poll_ends(self.table.consumable(), deadline=deadline)
         async with within_deadline(self.clock, deadline, "source read"), intake.executing():
             results = await self._read_all(reads, deadline)
             return await self._apply(intake, reads, results)

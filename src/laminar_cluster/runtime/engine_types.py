@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,10 @@ class SourceLog(Protocol):
 
     async def partitions(self, *, deadline: float) -> int | None: ...
 
+    async def poll_ends(self, partitions: Iterable[int], *, deadline: float) -> bool: ...
+
+    async def known_end(self, partition: int, *, deadline: float) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -30,6 +34,9 @@ class EngineConfig:
     batch_events: int = 8192  # events per partition read
     read_parallelism: int = 8  # partitions read concurrently per cycle
     idle_s: float = 0.02  # wait when nothing is consumable or every partition is caught up
+    # While every partition stays caught up the wait doubles from `idle_s` up to this: the
+    # most that new events wait to be noticed after a quiet spell (one poll of the log's ends).
+    idle_max_s: float = 1.0
     retry_s: float = 0.25  # wait after a failed read or restore
     read_timeout_s: float = 10.0
     restore_timeout_s: float = 30.0
@@ -42,6 +49,10 @@ class EngineConfig:
             )
         if min(self.idle_s, self.retry_s, self.read_timeout_s, self.restore_timeout_s) <= 0:
             raise InvalidArgument("engine config: every interval must be positive")
+        if self.idle_max_s < self.idle_s:
+            raise InvalidArgument(
+                f"engine config: idle_max_s {self.idle_max_s} is below idle_s {self.idle_s}"
+            )
 
     def host_timings(self) -> HostTimings:
         """The `VnodeHost`'s waits: restores and a cut's wait for them."""

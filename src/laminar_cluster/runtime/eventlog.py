@@ -9,8 +9,14 @@ position in its partition, from 0.
   finds another batch at that offset means a second writer: `Contended`. An ambiguous create is
   settled by reading back (`put_resolved`); a retried create writes the same bytes, so it is
   idempotent.
+* `append` then publishes the partition's new end (`eventlog_ends`: one small object per
+  1,024 partitions, concurrent appends sharing one write), so consumers find new batches
+  without listing.
 * `read` finds the batch holding `offset` in the listing (`list(prefix, offset=...)` from the
-  last batch known), gets it and slices; it fills `max_events` across consecutive batches. A gap
+  last batch known), gets it and slices; it fills `max_events` across consecutive batches.
+  Caught up with what it listed, it lists again only when the published ends say the partition
+  moved, once its reader has polled them (`poll_ends`; never polled, or a log without published
+  ends: it lists as before). A gap
   or overlap between batches, a listed batch that is gone, a batch whose body or path is
   malformed, or an offset past the end are `CorruptRecord`: offsets come from the log, and
   batches are never deleted.
@@ -27,7 +33,7 @@ import asyncio
 import bisect
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,6 +59,7 @@ from laminar_cluster.runtime.eventlog_batches import (
     partition_prefix,
     partitions_of_vnode,
 )
+from laminar_cluster.runtime.eventlog_ends import EndsPublisher, EndsView
 from laminar_cluster.store import CREATE, ObjectStore, ReadBack, Resolution, put_resolved
 
 __all__ = ["EventBatch", "EventLog", "PartitionCursor", "partitions_of_vnode"]
@@ -77,8 +84,11 @@ class _Batch:
 class PartitionCursor:
     """One process's view of one partition: batch listing and the last batch decoded."""
 
-    def __init__(self, store: ObjectStore, clock: Clock, partition: int) -> None:
+    def __init__(
+        self, store: ObjectStore, clock: Clock, partition: int, ends: EndsView | None = None
+    ) -> None:
         self.store, self.clock, self.partition = store, clock, partition
+        self.ends = ends  # the published ends, when the log's reader polls them
         self.prefix = partition_prefix(partition)
         self.firsts: list[int] = []  # first offsets of the listed batches, ascending, from 0
         self._cached: _Batch | None = None
@@ -163,7 +173,8 @@ class PartitionCursor:
             index = bisect.bisect_right(self.firsts, position) - 1
             batch = None if index < 0 else await self.batch(index, deadline=deadline)
             if batch is None or position >= batch.end:
-                if not refreshed:
+                known = 0 if batch is None else batch.end
+                if not refreshed and (self.ends is None or self.ends.lists(self.partition, known)):
                     refreshed = True
                     await self.refresh(deadline=deadline)
                     continue
@@ -233,22 +244,58 @@ class EventLog:
         self.store = store
         self.clock: Clock = clock if clock is not None else RealClock()
         self._cursors: dict[int, PartitionCursor] = {}
+        self.ends = EndsView(store)
+        self._publisher = EndsPublisher(store, self.clock)
 
     def cursor(self, partition: int) -> PartitionCursor:
         """The (cached) cursor of `partition`."""
         found = self._cursors.get(partition)
         if found is None:
             check_partition(partition)
-            found = self._cursors[partition] = PartitionCursor(self.store, self.clock, partition)
+            found = self._cursors[partition] = PartitionCursor(
+                self.store, self.clock, partition, self.ends
+            )
         return found
 
     async def append(
         self, partition: int, keys: Sequence[int], values: Sequence[int], *, deadline: float
     ) -> int:
-        """Append one batch to `partition` (one writer per partition); its first offset."""
+        """Append one batch to `partition` (one writer per partition); its first offset. It
+        returns once the log's published ends cover the batch (`eventlog_ends`); a batch that
+        is durable while its end could not be published is StoreUnavailable (a later
+        publication, or the producer's next start, `publish_ends`, covers it)."""
         cursor = self.cursor(partition)
         async with within_deadline(self.clock, deadline, f"append to {cursor.prefix}"):
-            return await cursor.append(keys, values, deadline=deadline)
+            first = await cursor.append(keys, values, deadline=deadline)
+            await self._publisher.publish({partition: first + len(keys)}, deadline=deadline)
+            return first
+
+    async def publish_ends(self, ends: Mapping[int, int], *, deadline: float) -> None:
+        """Make the published ends at least `ends` (partition -> end offset, as listed): a
+        producer that starts again repairs what a predecessor could not publish."""
+        await self._publisher.publish(
+            {partition: end for partition, end in ends.items() if end > 0}, deadline=deadline
+        )
+
+    async def known_end(self, partition: int, *, deadline: float) -> int:
+        """The partition's end as the last `poll_ends` read it (no request), else as listed
+        (`end_offset`): good enough for a lag figure, never for where to append."""
+        published = self.ends.published_end(partition)
+        if published is not None:
+            return published
+        return await self.end_offset(partition, deadline=deadline)
+
+    async def poll_ends(self, partitions: Iterable[int], *, deadline: float) -> bool:
+        """Read the published ends of `partitions` (a conditional GET per shard, normally one);
+        whether they changed. From then on a read caught up with what it listed lists again
+        only when the ends say the partition moved (`EndsView.lists`)."""
+        async with within_deadline(self.clock, deadline, "poll event log ends"):
+            return await retry_until(
+                functools.partial(self.ends.poll, tuple(partitions)),
+                what="poll event log ends",
+                clock=self.clock,
+                deadline=deadline,
+            )
 
     async def read(
         self, partition: int, offset: int, max_events: int, *, deadline: float

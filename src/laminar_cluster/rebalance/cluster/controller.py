@@ -119,6 +119,10 @@ class StoreClusterController:
         self._fence: CheckpointAssignmentFence | None = None
         self._transition: AssignmentDrainTransition | None = None
         self._slot_lock = asyncio.Lock()  # our own slot writes never race each other
+        # The adoption report this process last wrote and read back exactly, with the e_tag
+        # of that version. The watcher announces every tick; the same report is written again
+        # only when the slot changed since (one conditional GET instead of a PUT and a GET).
+        self._announced: tuple[CheckpointAssignmentAdoption, str] | None = None
 
     # -- identity ----------------------------------------------------------------------------
     def local_participant(self) -> FenceParticipant:
@@ -265,6 +269,10 @@ class StoreClusterController:
             return
         self._quarantine = {(n, b) for n, b in self._quarantine if n != node}
         self._quarantine.add((node, boot))
+
+    def quarantined(self) -> frozenset[tuple[int, str]]:
+        """The exact (node, boot) processes quarantined as unresponsive."""
+        return frozenset(self._quarantine)
 
     def is_unresponsive(self, node: int) -> bool:
         boot = self._current_boot(node)
@@ -427,7 +435,9 @@ class StoreClusterController:
     async def announce_adopted_assignment(
         self, adoption: CheckpointAssignmentAdoption, *, deadline: float
     ) -> None:
-        """Write this process's adoption report (its own slot only) with exact read-back."""
+        """Write this process's adoption report (its own slot only) with exact read-back; when
+        it is exactly the report this process last wrote, only check that the slot is unchanged
+        (RB §4.12 step 4 re-publishes it every tick; a stale overwrite is repaired)."""
         if adoption.participant != self.local_participant():
             raise InvalidArgument(
                 f"adoption report of node-{adoption.participant.node_id} boot "
@@ -440,7 +450,23 @@ class StoreClusterController:
             within_deadline(self.clock, deadline, f"node-{self.node_id}: adoption report"),
             self._slot_lock,
         ):
-            await slots.write_process_slot(self.store, self.clock, adoption, deadline=deadline)
+            if await self._still_announced(adoption):
+                return  # the slot still holds exactly this report, as this process wrote it
+            self._announced = None
+            e_tag = await slots.write_process_slot(
+                self.store, self.clock, adoption, deadline=deadline
+            )
+            if e_tag is not None:
+                self._announced = (adoption, e_tag)
+
+    async def _still_announced(self, adoption: CheckpointAssignmentAdoption) -> bool:
+        """The last report this process wrote is `adoption` and its slot is unchanged since
+        (a conditional GET: a late or foreign write is rewritten, RB-T59)."""
+        known = self._announced
+        if known is None or known[0] != adoption:
+            return False
+        kind = slots.SlotKind.ADOPTED_ASSIGNMENT
+        return await slots.slot_unchanged(self.store, self.node_id, kind, known[1])
 
 
 def _lease_not_live(what: str) -> Refused:

@@ -118,8 +118,9 @@ async def write_process_slot(
     record: CheckpointAssignmentAdoption | DrainAck,
     *,
     deadline: float,
-) -> None:
-    """OVERWRITE the publisher's own slot, then read it back exactly (RB §2.7)."""
+) -> str | None:
+    """OVERWRITE the publisher's own slot, then read it back exactly (RB §2.7); the e_tag of
+    the version read back (None when the store gave none)."""
     kind = (
         SlotKind.ADOPTED_ASSIGNMENT
         if isinstance(record, CheckpointAssignmentAdoption)
@@ -142,6 +143,16 @@ async def write_process_slot(
             f"process of node {record.participant.node_id} writes this slot",
             reason=Refusal.SLOT_WRITTEN_BY_ANOTHER_PROCESS,
         )
+    assert resolution.current is not None  # read back as ours
+    return resolution.current.meta.e_tag
+
+
+async def slot_unchanged(store: ObjectStore, node: int, kind: SlotKind, e_tag: str) -> bool:
+    """Whether the slot still holds the version `e_tag` (one conditional GET, no body)."""
+    try:
+        return await store.get_if_changed(process_slot_path(node, kind), e_tag) is None
+    except ObjectNotFound:
+        return False
 
 
 async def read_adopted_assignments(

@@ -40,6 +40,7 @@ While a factory runs, `store`, `decisions` and `authority` are already set on th
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
@@ -65,6 +66,7 @@ from laminar_cluster.rebalance.engine.handoff_checkpoint import (
 )
 from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT, NodeConfig
 from laminar_cluster.rebalance.node.duties import LeaderDuties
+from laminar_cluster.rebalance.node.idle import IdleAttempts, IdleKey
 from laminar_cluster.rebalance.node.leadership import ManagedLeadership, leader_eligible
 from laminar_cluster.rebalance.node.leave import EXIT_LEAVE_TIMEOUT, EXIT_LEFT, GracefulLeave
 from laminar_cluster.rebalance.node.log import NodeLog
@@ -75,6 +77,8 @@ from laminar_cluster.rebalance.node.stats import PurposeCountingStore, counting_
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import ObjectStore
+
+logger: Final = logging.getLogger(__name__)
 
 EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
 EXIT_FENCED: Final = 3
@@ -151,6 +155,7 @@ class RebalanceNode:
         self.leader_work = asyncio.Lock()
         self.exit_code = EXIT_STOPPED
         self.rotations = 0  # rotations this process settled as leader
+        self._idle = IdleAttempts()  # skips leader attempts with nothing new to look at
         # Set by `run` once the lease is acquired (tests and the runtime read them).
         self.holder: ProcessLeaseHolder | None = None
         self.decisions: DecisionStore | None = None
@@ -277,19 +282,25 @@ class RebalanceNode:
     async def _attempt(self, ctx: RebalanceContext, live: Sequence[int]) -> int | None:
         """One `rebalance_attempt` (a stopped-recovery round while recovering, then
         `try_rebalance`) under `leader_work`, logged with its own store requests; nothing to do
-        before the boot seed (`LeaderDuties` writes it)."""
+        before the boot seed (`LeaderDuties` writes it), nor while nothing the last attempt
+        that found nothing to do read has moved (`rebalance.node.idle`)."""
         if self._duties is None or not self._duties.seeded:
             return None
         async with self.leader_work:
+            key = await self._idle_key(ctx, live)
+            if key is not None and self._idle.skip(key):
+                return None
             started_s = self.clock.monotonic()
             before = self.requests.count_of("rebalance")
             try:
                 settled = await rebalance_attempt(ctx, live)
             except LaminarError as error:
+                self._idle.forget()
                 self.log.write(
                     "rebalance_failed", kind=type(error).__name__, error=str(error), live=list(live)
                 )
                 raise
+            self._idle.settled(key if ctx.attempt.idle else None, settled)
             if settled is not None:
                 self.rotations += 1
                 self.log.write(
@@ -301,6 +312,18 @@ class RebalanceNode:
                     requests=self.requests.count_of("rebalance") - before,
                 )
             return settled
+
+    async def _idle_key(self, ctx: RebalanceContext, live: Sequence[int]) -> IdleKey | None:
+        """The idle key now, or None (the attempt runs) when it cannot be read."""
+        controller = self.controller
+        proof = None if controller is None else controller.capture_leader_proof()
+        if controller is None or proof is None:
+            return None
+        try:
+            return await self._idle.key(ctx, controller, proof, live)
+        except LaminarError as error:
+            logger.info("idle check skipped: %s", error)
+            return None
 
     async def _run_tasks(
         self, holder: ProcessLeaseHolder, leadership: ManagedLeadership, loop: RebalanceLoop

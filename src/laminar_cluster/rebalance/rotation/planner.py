@@ -56,7 +56,8 @@ def owners_of(snapshot: AssignmentSnapshot, vnode_count: int) -> list[int]:
 
 
 async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | None:
-    """RB §4.3 steps 1-17."""
+    """RB §4.3 steps 1-17. `ctx.attempt.idle` says whether a None meant nothing to do."""
+    ctx.attempt.idle = False
     head_deadline = ctx.head_deadline()
     current, authority = await _audited_head(ctx, head_deadline)
     if authority.is_recovery:
@@ -75,9 +76,11 @@ async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | Non
     if current.draining:
         return await _abort_orphan_drain(ctx, current)
     if not live:
+        ctx.attempt.idle = True
         return None
     successors, successor_processes = await _admitted_successors(ctx, live)
     if not successors:
+        ctx.attempt.idle = True
         return None
     if (
         current.assignment_version > local.version
@@ -282,6 +285,7 @@ async def _plan(
     participants = list(successor_participants(new_owners, successor_processes))
     roster_changed = tuple(participants) != current.participants
     if new_owners == current_owners and not roster_changed:
+        ctx.attempt.idle = True
         return None
     reason = await predecessor_cut_unavailability(ctx, current, current_owners, successors)
     if reason is None:

@@ -86,9 +86,7 @@ async def publish_authority(
         state.metrics_version = local.version
     fence = None
     if exact is not None:
-        fence = await read_owner_certificate(ctx.controller, local, exact.participants, deadline)
-        if fence is not None and fence.participants != exact.participants:
-            fence = None
+        fence = await _owner_certificate(ctx, state, local, exact, deadline)
     if revision != engine.authority_revision():
         _close(ctx, state, "authority changed while the fence was computed")
         return
@@ -114,6 +112,32 @@ async def publish_authority(
     identity: FenceIdentity = (fence.assignment_version, fence_digest(fence))
     if _needs_activation(ctx, state, fence, identity, transition):
         await _activate(ctx, state, fence, identity, transition, revision, deadline)
+
+
+async def _owner_certificate(
+    ctx: RebalanceContext,
+    state: WatcherState,
+    local: RegistrySnapshot,
+    exact: CheckpointAssignmentFence,
+    deadline: float,
+) -> CheckpointAssignmentFence | None:
+    """RB §4.12 step 6, reading the peers' adoption reports only when something it depends on
+    moved since the last certificate: the local version or owners, the expected participants
+    or the membership (a restarted peer is a new process term). Until a certificate is
+    complete, every tick reads again (peers are still adopting)."""
+    key = (local.version, tuple(local.owners), exact.participants, _members_version(ctx))
+    known = state.certificate
+    if known is not None and known[0] == key:
+        return known[1]
+    fence = await read_owner_certificate(ctx.controller, local, exact.participants, deadline)
+    if fence is not None and fence.participants != exact.participants:
+        fence = None
+    state.certificate = None if fence is None else (key, fence)
+    return fence
+
+
+def _members_version(ctx: RebalanceContext) -> int:
+    return ctx.controller.members_watch().version()
 
 
 def _exact_fence(state: WatcherState, local: RegistrySnapshot) -> CheckpointAssignmentFence | None:

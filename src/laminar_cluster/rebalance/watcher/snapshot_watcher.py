@@ -1,7 +1,11 @@
 """The snapshot watcher: every node's follower side of the rebalance plane (RB §1.1
 "followers", RB §4.11; RB-11, RB-12, RB-18).
 
-Each `watcher_poll` the watcher reads the durable head and, depending on what it finds:
+Each `watcher_poll` the watcher reads the durable head and, depending on what it finds (the
+head comes through the snapshot store's head hint, AS §2.14: one conditional GET while it is
+unchanged, the inventory when it moved, after a failed head load and every
+`HEAD_FULL_READ_TICKS`-th tick; the audit of an unchanged, already adopted head is the last
+tick's, `_audit`):
 
 * A: a draining successor of the local version: audit it, install its transition, stop local
   sources at one cut and write the durable ack (a target-only joiner only notes it);
@@ -63,6 +67,10 @@ from laminar_cluster.rebalance.watcher.state import WatcherState
 logger: Final = logging.getLogger(__name__)
 # A suspension whose tick deadline already passed still gets this long for its lock wait.
 _SUSPEND_GRACE_S: Final = 1.0
+# Every this many ticks the head is loaded in full (the inventory LIST) whatever its hint says,
+# and an adopted head is audited again: a head whose writer died before publishing its hint
+# is seen at most this many ticks late (AS §2.14), and a late doubt about an adopted head too.
+HEAD_FULL_READ_TICKS: Final = 30
 
 
 class SnapshotWatcher(WatcherState):
@@ -73,6 +81,7 @@ class SnapshotWatcher(WatcherState):
         self.ctx = ctx
         self.metrics = metrics
         self.ticks = 0  # completed or abandoned ticks, for tests and metrics
+        self._reread = False  # the next tick re-reads the head in full (`reread`)
 
     # -- the loop ----------------------------------------------------------------------------
     async def run(self, shutdown: asyncio.Event) -> None:
@@ -105,6 +114,11 @@ class SnapshotWatcher(WatcherState):
             tick.cancel()
             stop.cancel()
 
+    def reread(self) -> None:
+        """Make the next tick the periodic full re-read (a failed head load does too): the
+        head through the inventory, its objects verified again, its audit run again."""
+        self._reread = True
+
     async def _guarded_tick(self) -> None:
         try:
             await self.tick()
@@ -120,10 +134,13 @@ class SnapshotWatcher(WatcherState):
         local = engine.registry().version
         head_deadline = ctx.head_deadline()
         revision = engine.authority_revision()
+        full = self._reread or self.ticks % HEAD_FULL_READ_TICKS == 0
+        self._reread = False
         try:
             async with within_deadline(ctx.clock, head_deadline, "assignment head load"):
-                head = await ctx.snapshots.load()
+                head = await ctx.snapshots.load_watched(full=full)
         except STEP_FAILURES as error:  # E
+            self._reread = True
             self.clear_caches()
             await self._suspend(head_deadline, f"assignment head unreadable: {error}")
             await self.publish_authority(revision)
@@ -131,7 +148,7 @@ class SnapshotWatcher(WatcherState):
         outcome: AuditedAssignmentAuthority | None = None
         if head is not None and not head.draining:
             try:
-                outcome = await audit_snapshot_authority_outcome(ctx, head, deadline=head_deadline)
+                outcome = await self._audit(head, head_deadline, reuse=not full)
             except STEP_FAILURES as error:
                 await self._suspend(
                     head_deadline, f"assignment {head.assignment_version} audit failed: {error}"
@@ -157,6 +174,27 @@ class SnapshotWatcher(WatcherState):
                 return
             revision = continued
         await self.publish_authority(revision)
+
+    async def _audit(
+        self, head: AssignmentSnapshot, deadline: float, *, reuse: bool
+    ) -> AuditedAssignmentAuthority:
+        """`audit_snapshot_authority_outcome` of the committed `head`, or, when `reuse`, the
+        last tick's audit of the same head once this process runs it (branch C): the audit's
+        inputs are create-only records (the head, its predecessor, the authority's decision
+        for it), so its verdict on an adopted head stands until the head moves. A head not yet
+        adopted is audited every tick, and every head on the periodic full re-read."""
+        known = self.audited
+        if (
+            reuse
+            and known is not None
+            and known[0] == head
+            and head.assignment_version <= self.ctx.engine.registry().version
+        ):
+            return known[1]
+        self.audited = None
+        outcome = await audit_snapshot_authority_outcome(self.ctx, head, deadline=deadline)
+        self.audited = (head, outcome)
+        return outcome
 
     async def _draining_successor(self, head: AssignmentSnapshot, head_deadline: float) -> bool:
         """Branch A; False ends the tick without publication."""

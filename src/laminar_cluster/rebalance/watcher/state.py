@@ -10,10 +10,14 @@ from dataclasses import dataclass
 
 from laminar_cluster.assignment.digest import AssignmentDrainId
 from laminar_cluster.assignment.records import AssignmentSnapshot
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.rebalance.audit.results import AuditedAssignmentAuthority
 
 # (assignment version, fence digest) of the fence the watcher last activated.
 FenceIdentity = tuple[int, bytes]
+# (local version, local owners, expected participants, members-watch version).
+CertificateKey = tuple[int, tuple[int, ...], tuple[FenceParticipant, ...], int]
 
 
 @dataclass(slots=True)
@@ -38,10 +42,19 @@ class WatcherState:
     installed_transition: AssignmentDrainTransition | None = None
     # `assignment_authority_dirty`: authority was closed or doubted since the last activation.
     dirty: bool = False
+    # The last owner certificate computed, with what it was computed from (the local version
+    # and owners, the expected participants, the members-watch version): reused while those
+    # are unchanged, so peers' adoption reports are read only when the tick's inputs moved.
+    certificate: tuple[CertificateKey, CheckpointAssignmentFence] | None = None
+    # The committed head last audited with its audit, reused while the head is unchanged and
+    # already adopted (the audit's inputs are immutable records); see the snapshot watcher.
+    audited: tuple[AssignmentSnapshot, AuditedAssignmentAuthority] | None = None
 
     def clear_caches(self) -> None:
         self.durable_snapshot = None
         self.durable_drain_transition = None
+        self.certificate = None
+        self.audited = None
 
     def cache(
         self,
