@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Annotated
 
@@ -460,6 +461,63 @@ def bench_pipeline(
             events=events, partitions=partitions, keys=keys, node_counts=counts, fsync=fsync
         )
         print_pipeline(figures, as_json=as_json)
+        return 0
+
+    raise typer.Exit(_guard(run))
+
+
+@bench_app.command("cost")
+def bench_cost(
+    store: StoreOption,
+    idle_s: Annotated[
+        float, typer.Option("--idle-s", min=0.1, help="Seconds of the idle phase.")
+    ] = 60.0,
+    busy_s: Annotated[
+        float, typer.Option("--busy-s", min=0.1, help="Seconds of the busy phase.")
+    ] = 60.0,
+    checkpoint_interval_s: Annotated[
+        float,
+        typer.Option("--checkpoint-interval", min=0.1, help="The nodes' checkpoint interval."),
+    ] = 10.0,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Event log partitions (p feeds p % 256).")
+    ] = 256,
+    events_per_s: Annotated[
+        int, typer.Option("--events-per-s", min=1, help="Busy phase: events appended per second.")
+    ] = 1_000,
+    batch_s: Annotated[
+        float,
+        typer.Option("--batch-s", min=0.1, help="Busy phase: one batch per partition this often."),
+    ] = 5.0,
+    put_price: Annotated[
+        float,
+        typer.Option(
+            "--put-price", min=0.0, help="Dollars per 1,000 PUT, POST, LIST (and delete)."
+        ),
+    ] = 0.005,
+    get_price: Annotated[
+        float, typer.Option("--get-price", min=0.0, help="Dollars per 1,000 GET and HEAD.")
+    ] = 0.0004,
+    node_options: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-option",
+            help="One more `node` flag or value for every node (repeat: --node-option=--ttl "
+            "--node-option=10).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """3 real node processes on an empty store: store requests per second by kind and protocol
+    and the monthly price per node, idle and busy, and requests per checkpoint."""
+    from laminar_cluster.bench.cost import CostPlan, print_cost, run_bench_cost
+    from laminar_cluster.bench.cost_figures import Prices
+
+    def run() -> int:
+        prices = Prices(put_per_1000=put_price, get_per_1000=get_price)
+        plan = CostPlan(idle_s, busy_s, checkpoint_interval_s, partitions, events_per_s, batch_s)
+        plan = dataclasses.replace(plan, prices=prices, node_options=tuple(node_options or ()))
+        print_cost(run_bench_cost(store, plan), as_json=as_json)
         return 0
 
     raise typer.Exit(_guard(run))

@@ -99,7 +99,10 @@ class Run:
 
 
 class NodeFleet:
-    def __init__(self, store_url: str, log_dir: Path, timings: NodeTimings) -> None:
+    """Node processes on one store (module docstring); `timings` None starts them with the
+    node command's own defaults."""
+
+    def __init__(self, store_url: str, log_dir: Path, timings: NodeTimings | None) -> None:
         self.store_url, self.log_dir, self.timings = store_url, log_dir, timings
         self.runs: list[Run] = []
 
@@ -110,7 +113,8 @@ class NodeFleet:
             raise RuntimeError(f"node {node} is already running")
         log_path = self.log_dir / f"node-{node}-run-{len(self.runs)}.log"
         command = [sys.executable, "-m", "laminar_cluster.cli", "node", "--store", self.store_url]
-        command += ["--node-id", str(node), *self.timings.options(), *extra_args]
+        timings = () if self.timings is None else self.timings.options()
+        command += ["--node-id", str(node), *timings, *extra_args]
         with open(log_path, "ab") as stderr:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
