@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Annotated
 
@@ -366,6 +367,24 @@ def node(
     fault_seed: Annotated[
         int, typer.Option("--fault-seed", min=0, hidden=True, help="Development: fault seed.")
     ] = 0,
+    fault_outages: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault-outage",
+            hidden=True,
+            help="Development: START:END seconds after the start, every store request fails "
+            "(repeatable).",
+        ),
+    ] = None,
+    exit_on_fence: Annotated[
+        bool,
+        typer.Option(
+            "--exit-on-fence",
+            envvar="LAMINAR_EXIT_ON_FENCE",
+            help="Exit 3 when fenced (for an outside supervisor) instead of rejoining with a new "
+            "term once the store answers.",
+        ),
+    ] = False,
 ) -> None:
     """Run one node (control plane, distributed checkpoints, the reference engine over the
     event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
@@ -389,13 +408,16 @@ def node(
             leave_timeout_s=leave_timeout_s,
             stats_interval_s=stats_interval_s,
             vnode_count=vnode_count,
+            exit_on_fence=exit_on_fence,
         )
         faults = None
-        if fault_rate > 0 or fault_latency_ms > 0:
+        outages = tuple(_outage(text) for text in fault_outages or ())
+        if fault_rate > 0 or fault_latency_ms > 0 or outages:
             faults = FaultConfig(
                 error_before_rate=fault_rate,
                 error_after_rate=fault_rate,
                 latency_s_max=fault_latency_ms / 1000,
+                outages=outages,
             )
         stream = StreamNodeConfig(
             engine=EngineConfig(idle_s=source_idle_s),
@@ -563,6 +585,18 @@ def demo(
             )
         )
     )
+
+
+def _outage(text: str) -> tuple[float, float]:
+    """`START:END` seconds as a window (InvalidArgument unless 0 <= START < END)."""
+    start, _, end = text.partition(":")
+    try:
+        window = (float(start), float(end))
+    except ValueError:
+        raise InvalidArgument(f"--fault-outage {text!r}: not START:END in seconds") from None
+    if not 0 <= window[0] < window[1] < math.inf:
+        raise InvalidArgument(f"--fault-outage {text!r}: needs 0 <= START < END")
+    return window
 
 
 def _guard(action: Callable[[], int]) -> int:

@@ -4,8 +4,13 @@ engine over the store's event log; spec_rebalance §1, §4.2, §4.17; issue 7) u
 SIGINT. A node whose event log is empty idles until a producer declares its partitions.
 
 The first SIGTERM/SIGINT leaves gracefully (draining, drained, left; exit 0, or 4 when the
-leave timeout passes first); a second one stops at once without leaving (exit 1). A newer start
-of the same node id fences this one (exit 3); a store that fails the contract probe is refused
+leave timeout passes first); a second one stops at once without leaving (exit 1). A node whose
+process lease lapsed (cut off from the store for a ttl) or was taken over by a leader rejoins
+by itself once the store answers: a new term and a cold restore in the same process, the
+metrics endpoint up and `/readyz` not ready meanwhile, each attempt logged as `rejoining`
+(`rebalance.node.rejoin`). With `--exit-on-fence` (or `LAMINAR_EXIT_ON_FENCE=1`) it exits 3
+instead, for an outside supervisor; a newer start of the same node id by another process always
+ends this one (exit 3). A store that fails the contract probe is refused
 (exit 2; a probe stopped only by transient store errors is run again first), as is a metrics
 port that cannot be bound; a node that cannot start within its startup deadline (its store
 unavailable throughout, or an error no retry fixes) logs `startup_failed` and exits 5. Logs
@@ -25,6 +30,7 @@ on `--metrics-host` (default 127.0.0.1) at `/metrics`, beside `/livez` and `/rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -68,7 +74,8 @@ def run_node_command(
 ) -> int:
     """Run the node in a fresh event loop; its exit code. `faults` (development and chaos
     tests only): after the probe, every store request goes through `store.faulty.FaultyStore`
-    with these rates, seeded with `fault_seed`."""
+    with these rates, seeded with `fault_seed`; its `outages` are seconds after the probe
+    (every request in `[start, end)` fails before it is sent)."""
     return asyncio.run(
         _run(
             store_url,
@@ -177,11 +184,15 @@ async def _store_passes_probe(store: ObjectStore, clock: RealClock, log: NodeLog
 def _wrapped(
     store: ObjectStore, clock: RealClock, faults: FaultConfig | None, fault_seed: int
 ) -> ObjectStore:
-    """The store the node uses: behind the fault injector when asked (after the probe), and
-    with reads failed by StoreUnavailable sent again (at most 3 tries, under the caller's
-    deadline; writes are never repeated here: store.read_retry)."""
+    """The store the node uses: behind the fault injector when asked (after the probe, its
+    outage windows counted from now), and with reads failed by StoreUnavailable sent again (at
+    most 3 tries, under the caller's deadline; writes are never repeated here:
+    store.read_retry)."""
     if faults is not None:
-        store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
+        now_s = clock.monotonic()
+        outages = tuple((now_s + start, now_s + end) for start, end in faults.outages)
+        config = dataclasses.replace(faults, outages=outages)
+        store = FaultyStore(store, clock=clock, seed=fault_seed, config=config)
     return ReadRetryingStore(store, clock)
 
 

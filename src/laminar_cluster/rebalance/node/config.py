@@ -34,6 +34,9 @@ class NodeConfig:
     monitor_interval_s: float | None = None
     # How often a rival re-reads the leader lease head while it observes (None: renew / 4).
     observe_interval_s: float | None = None
+    # A fenced process stops (exit 3) instead of rejoining with a new incarnation
+    # (rebalance.node.rejoin).
+    exit_on_fence: bool = False
 
     def __post_init__(self) -> None:
         if self.node_id < 1:
