@@ -1,5 +1,5 @@
 """`run_bench_failover` with a short TTL and two rounds on file://: the JSON figures' shape,
-S8 on every kill (the new term was granted after the killed leader's last deadline), and
+LA-8 on every kill (the new term was granted after the killed leader's last deadline), and
 the namespace cleaned up afterwards."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_bench_failover_figures_file(tmp_path: Path) -> None:
     assert figures["failover_min_s"] <= figures["failover_p50_s"] <= figures["failover_p99_s"]
     assert figures["failover_ttl_ratio_p50"] == round(figures["failover_p50_s"] / TTL_S, 4)
     assert figures["floor_s"] == TTL_S - RENEW_S / 2
-    # S8: the new term was granted only after the killed leader's last deadline.
+    # LA-8: the new term was granted only after the killed leader's last deadline.
     assert figures["s8_margin_min_s"] > 0
     # Each kill waited for 3 renewals of a steady leader. A steady renewal starts from the
     # head its process last published: the record create and the pointer update, 2 requests

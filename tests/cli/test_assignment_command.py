@@ -1,4 +1,4 @@
-"""`laminar-cluster assignment` (cli/assignment_view.py; spec_rebalance §2.3, §2.11): run
+"""`laminar-cluster assignment` (cli/assignment_view.py; AS §2.3, AS §2.11): run
 in-process on a file:// store (and once on the S3 test server) holding a seed, a finalized
 drain and a recovery materialization; it prints the version, the state, vnodes per node and a
 16 x 16 map, exits 0 on an empty store and 1 on an absent version or a corrupt object, and

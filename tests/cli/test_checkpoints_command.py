@@ -16,6 +16,8 @@ from tests.cli.test_commands import run
 
 
 def store_url(tmp_path: Path) -> str:
+    """An existing, empty store directory (the views refuse one that does not exist)."""
+    (tmp_path / "store").mkdir(exist_ok=True)
     return f"file://{tmp_path}/store"
 
 

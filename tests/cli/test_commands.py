@@ -52,7 +52,7 @@ def test_store_check_fails_an_unreachable_store() -> None:
     report = json.loads(result.stdout)
     assert report["ok"] is False
     assert report["checks"][0]["ok"] is False
-    assert "secret_access_key=%2A%2A%2A" in report["store"]  # credentials never printed
+    assert "secret_access_key=***" in report["store"]  # credentials never printed
 
 
 def test_store_check_rejects_a_bad_url_with_a_clear_message() -> None:
@@ -102,3 +102,5 @@ def test_demo_runs_end_to_end_on_a_local_store(tmp_path: Path) -> None:
     assert figures["rotations"] >= 3  # the join, the recovery, the leave
     assert figures["leader_kill"]["recovery_s"] > 0
     assert figures["leave"]["left_s"] > 0
+    assert figures["scratch"]["kept"] is False  # issue 17: removed unless --keep
+    assert not Path(figures["scratch"]["path"]).exists()

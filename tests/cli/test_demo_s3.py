@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.s3server import SECRET_KEY
+
 COMMAND = shutil.which("laminar-cluster") or str(Path(sys.executable).parent / "laminar-cluster")
 EVENTS = 20_000
 # moto serves one request at a time (tests/support/moto_serial.py), and a checkpoint writes and
@@ -35,6 +37,10 @@ def test_demo_counts_every_event_exactly_once_on_s3(s3_url: str) -> None:
     error = str(figures.get("error", ""))[:3000]
     assert result.returncode == 0, error or result.stdout[-3000:] + result.stderr[-3000:]
     assert figures["store"].startswith("s3://")
+    assert "secret_access_key=***" in figures["store"]  # issue 17: the secret never printed
+    assert f"secret_access_key={SECRET_KEY}" not in result.stdout + result.stderr
+    assert figures["scratch"]["kept"] is False
+    assert not Path(figures["scratch"]["path"]).exists()
     assert figures["vnodes"] == VNODES
     assert figures["store_contract"]["ok"] is True
     check = figures["check"]

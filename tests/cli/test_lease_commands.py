@@ -1,5 +1,5 @@
 """`laminar-cluster lease` and `laminar-cluster authority` (cli/lease_view.py,
-views/authority_audit.py; spec_leader_lease §2-§3, §4.1; invariants S1-S4, S11, S12, S19-S21).
+views/authority_audit.py; LA §2-§3, LA §4.1; invariants LA-1..LA-4, LA-11, LA-13, LA-16, LA-17).
 
 The commands run in-process (`run_lease`, `run_authority`) against a file:// store holding a
 history of three terms (a token rotation and a takeover), outcomes, a fault and its release, a
@@ -46,7 +46,8 @@ from laminar_cluster.views.authority_audit import audit_authority
 from laminar_cluster.views.lease import view_lease
 from tests.authority.assignment_support import drain
 from tests.authority.recovery_support import manifest_of, publisher, round_of, terminal_of
-from tests.checkpoint.test_capsule import FENCE, make_capsule
+from tests.checkpoint.test_capsule import FENCE
+from tests.cli.manifest_support import capsule_with_manifests
 from tests.lease.pausing_store import (
     A,
     B,
@@ -73,7 +74,8 @@ async def outcome(leader: LeaderLeaseStore, lease: LeaderLease, epoch: int, comm
     capsule = None
     if commit:
         deployment = await decisions.load_or_create_deployment_id()
-        capsule = await decisions.create_recovery_capsule(make_capsule(deployment, epoch))
+        made = await capsule_with_manifests(leader.store, deployment, epoch)
+        capsule = await decisions.create_recovery_capsule(made)
     verdict = CheckpointVerdict.COMMIT if commit else CheckpointVerdict.ABORT
     result = await record_cluster_outcome(
         leader,
@@ -120,6 +122,8 @@ async def build_history(url: str, *, wall_start_ms: int = 1_700_000_000_000) -> 
 
 
 def file_store_url(tmp_path: Path) -> str:
+    """An existing store directory (the views refuse one that does not exist)."""
+    (tmp_path / "store").mkdir(exist_ok=True)
     return f"file://{tmp_path / 'store'}?fsync=false"
 
 

@@ -1,5 +1,5 @@
 """`laminar-cluster members`: node, state, term, boot, last renewal age; read-only
-(docs/protocols/membership.md; upstream_context §1.3)."""
+(docs/protocols/membership.md; ML §1.3)."""
 
 from __future__ import annotations
 

@@ -173,9 +173,9 @@ def test_the_page_follows_the_leader_through_a_sigkill_and_vnodes_to_a_new_node(
     assert run is not None and run.alive
     run.process.kill()  # SIGKILL: no leave, the lease simply stops being renewed
     live.wait("another leader", lambda: live.leader() not in (None, first))
-    # Dead once unrenewed for a ttl; `left` once the new leader has fenced its process (the
-    # takeover record announces `left` today; issue 17's "truthful views" changes that).
-    live.wait(f"node {first} gone", lambda: live.members().get(first) in ("dead", "left"))
+    # Dead once unrenewed for a ttl, and still dead (never `left`, which a graceful leave
+    # means) after the new leader's takeover of its process lease.
+    live.wait(f"node {first} dead", lambda: live.members().get(first) == "dead")
     second = live.leader()
     tokens = live.script(
         "return [...document.querySelectorAll('#terms .term')].map(t => Number(t.dataset.token))"
@@ -186,6 +186,7 @@ def test_the_page_follows_the_leader_through_a_sigkill_and_vnodes_to_a_new_node(
     live.wait("vnodes owned by node 4 in the heatmap", lambda: 4 in live.owners())
     live.wait("node 4 active", lambda: live.members().get(4) == "active")
     assert live.leader() is not None and second is not None
+    assert live.members().get(first) == "dead"  # taken over since, and still not `left`
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

@@ -150,7 +150,7 @@ async def make_cluster(
     live_commits_max: int = MAX_LIVE_AUTHORITY_LINKS,
     floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
 ) -> Cluster:
-    """`live_commits_max` lowers the leader authority's S22 bound (DC-14 tests reach it with a
+    """`live_commits_max` lowers the leader authority's LA-21 bound (DC-14 tests reach it with a
     few checkpoints); `floor_policy` is the leader's (None: the artifact floor never moves)."""
     clock = clock or RealClock()
     store = open_store(url)

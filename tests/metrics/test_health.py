@@ -71,6 +71,11 @@ class StubConfig:
 
 
 @dataclass
+class StubLog:
+    problem: str | None = None
+
+
+@dataclass
 class StubNode:
     holder: StubHolder | None = field(default_factory=StubHolder)
     controller: object | None = "controller"
@@ -78,6 +83,7 @@ class StubNode:
     engine: StubEngine | None = field(default_factory=StubEngine)
     clock: StubClock = field(default_factory=StubClock)
     config: StubConfig = field(default_factory=StubConfig)
+    log: StubLog = field(default_factory=StubLog)
 
 
 def readiness(node: StubNode) -> str | None:
@@ -100,6 +106,8 @@ def test_ready_only_with_lease_held_leader_known_and_assignment_adopted() -> Non
     assert readiness(StubNode(engine=StubEngine(version=0))) == "no assignment adopted yet"
     unfenced = readiness(StubNode(engine=StubEngine(fence=None)))
     assert unfenced is not None and unfenced.startswith("assignment version 3: its fence")
+    stuck = readiness(StubNode(log=StubLog(problem="control/leader-lease-head/v1.json: bad")))
+    assert stuck == "stuck, repeating without progress: control/leader-lease-head/v1.json: bad"
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -1,5 +1,5 @@
 """`NodeMetrics` (metrics/node_metrics.py): gauge values after `update_from`, checkpoint
-durations and verdicts, placement series (spec_rebalance §3.4), one registry per instance."""
+durations and verdicts, placement series (RB §3.4), one registry per instance."""
 
 from __future__ import annotations
 

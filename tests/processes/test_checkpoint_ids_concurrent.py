@@ -1,4 +1,4 @@
-"""Shared-mode checkpoint IDs from 4 processes at once (spec_checkpoint_decision §4.3, S1/S2).
+"""Shared-mode checkpoint IDs from 4 processes at once (CD §4.3, CD-1/CD-2).
 
 Each spawned process opens its own store client and its own DecisionStore (NativeCas) and
 allocates in a loop while the others do the same. Every ID must be distinct across processes,
@@ -52,9 +52,9 @@ def check(per_process: list[list[int]], failures: int, allocations: int) -> None
     print(f"{PROCESSES} x {allocations} allocations, {failures} attempts retried")
     assert [len(ids) for ids in per_process] == [allocations] * PROCESSES
     every = [checkpoint_id for ids in per_process for checkpoint_id in ids]
-    assert len(set(every)) == len(every)  # S1: never returned twice
+    assert len(set(every)) == len(every)  # CD-1: never returned twice
     for ids in per_process:
-        assert all(a < b for a, b in itertools.pairwise(ids))  # S2: per process
+        assert all(a < b for a, b in itertools.pairwise(ids))  # CD-2: per process
     if failures == 0:
         # Nothing failed, so no ID was burned: exactly 1..N were handed out.
         assert sorted(every) == list(range(1, PROCESSES * allocations + 1))

@@ -1,12 +1,12 @@
-"""Election torture with real processes (spec_leader_lease §4.9, §6; invariants S4, S5, S8).
+"""Election torture with real processes (LA §4.9, LA §6; invariants LA-4, LA-5, LA-8).
 
 Contender processes (`laminar_cluster.harness.contender`, each its own interpreter) share one
 store. A seeded chaos loop SIGSTOPs contenders (the current leader more often than not) for
 0.2-3 s, SIGKILLs them and restarts them, while every leader records a cluster Abort every
 0.3 s. At the end every process is stopped and `torture_checker` proves from the logs and the
-durable log: believed-leader intervals never overlap (S8), tokens only grow and each names one
-owner (S4), every admitted outcome was admitted under its own proof's term and every logged
-Created outcome is durable (S5), and takeovers did happen.
+durable log: believed-leader intervals never overlap (LA-8), tokens only grow and each names one
+owner (LA-4), every admitted outcome was admitted under its own proof's term and every logged
+Created outcome is durable (LA-5), and takeovers did happen.
 
 The seed is printed; `TORTURE_SEED=<n>` replays the same chaos schedule (process timing is
 the operating system's, so a replay is close, not exact). `TORTURE_SOAK_S` sets the soak length.
@@ -102,7 +102,7 @@ class Chaos:
 
     def await_open_decision(self, node: int, timeout_s: float = 1.0) -> bool:
         """Wait until `node` logged a `decide` without its `decision` yet: a SIGSTOP now lands
-        between taking a proof and recording with it (the S5 race)."""
+        between taking a proof and recording with it (the LA-5 race)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.fleet.refresh()
@@ -193,7 +193,7 @@ def test_election_torture_five_contenders_file(tmp_path: Path) -> None:
     assert verdict.takeovers >= 5  # (4) the run was not vacuous
     assert verdict.admitted >= 20
     assert verdict.decision_results.get("Created", 0) >= 20
-    # Leaders stopped mid-decision and deposed meanwhile were refused by the log (S5).
+    # Leaders stopped mid-decision and deposed meanwhile were refused by the log (LA-5).
     assert verdict.decision_results.get("Fenced", 0) >= 1
 
 
@@ -269,13 +269,13 @@ def test_contender_in_process_leads_decides_and_counts_terms(tmp_path: Path) -> 
     assert run_contender("memory://", 7, stop_after_s=0.2, **options) == EXIT_OK
     starts = [event for event in _events(log) if event["event"] == "start"]
     assert [event["process_term"] for event in starts] == [1, 2]
-    assert starts[0]["boot"] != starts[1]["boot"]  # S10: a restart is another owner
+    assert starts[0]["boot"] != starts[1]["boot"]  # LA-10: a restart is another owner
 
 
 def test_contender_refuses_a_store_without_compare_and_swap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """S23: a store that rejects conditional updates fails the contract probe: exit code 2,
+    """LA-12: a store that rejects conditional updates fails the contract probe: exit code 2,
     a `refused` event, and no leadership attempted."""
 
     def without_updates(url: str) -> ScriptedStore:

@@ -1,5 +1,5 @@
 """Membership with real node processes on one file:// store (docs/protocols/membership.md
-ML-2, ML-4, ML-7, ML-9; upstream_context §1.3).
+ML-2, ML-4, ML-7, ML-9; ML §1.3).
 
 Three nodes start and see each other; SIGKILL of one is seen as dead by the others within the
 ttl plus one poll (plus scheduling slack); a restart takes the next term; a duplicate start of

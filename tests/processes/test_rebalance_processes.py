@@ -1,5 +1,5 @@
-"""The rebalance control plane with real node processes on one file:// store (spec_rebalance
-§1.1 graceful rotation, §1.2 recovery, §4.2 controller loop, §4.17 graceful exit).
+"""The rebalance control plane with real node processes on one file:// store
+(RB §1.1 graceful rotation, RB §1.2 recovery, RB §4.2 controller loop, RB §4.17 graceful exit).
 
 Four `laminar-cluster node` processes start and converge on one committed assignment covering
 the four; a fifth joins and the committed head becomes rendezvous(256, 5 nodes); SIGTERM makes a

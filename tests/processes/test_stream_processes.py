@@ -1,6 +1,6 @@
 """The stream node (`laminar-cluster node`: `runtime.node.StreamNode`) as real processes on one
 file:// store: exactly once through a join, a SIGKILL of the leader and a graceful leave
-(issue 7; upstream_context §1.7, §1.9, §1.10; common7 "Output semantics").
+(issue 7; DC §1.7, DC §1.9, DC §1.10).
 
 `laminar-cluster produce` writes the deterministic workload; three nodes run it until the
 committed output (`runtime.output.read_committed_output`, the Commit-only reader) equals the
@@ -177,7 +177,7 @@ def test_stream_nodes_count_every_event_once_through_join_kill_and_leave(tmp_pat
         )
         # Only after the recovery: a node draining while a recovery removes a dead owner is
         # neither retained (not assignable) nor fenceable (it renews), so its leave could only end
-        # in its leave timeout (spec_rebalance §3.3, §4.3 step 16).
+        # in its leave timeout (RB §3.3, RB §4.3 step 16).
         leaver = survivors.pop(0)
         leaving = fleet.signal(leaver, signal.SIGTERM)
         _produced(producer, cluster.remaining_s())

@@ -1,15 +1,15 @@
 """The checker of the election torture test: what the contender logs and the durable log must
-prove (spec_leader_lease §4.9, §5 S4, S5, S8).
+prove (LA §4.9; LA-4, LA-5, LA-8).
 
-1. No two believed-leader intervals of different terms overlap (S8). A term's belief in one
+1. No two believed-leader intervals of different terms overlap (LA-8). A term's belief in one
    process is [believed_from, min(ended.at, the last `until` logged)]: believed_from is when
    the acquiring response arrived (before the grant was published, so before anything could
    act on it); a process killed while leader contributes an interval ending at its last
    deadline.
-2. Tokens only grow along the durable log, and each token belongs to exactly one owner (S4);
+2. Tokens only grow along the durable log, and each token belongs to exactly one owner (LA-4);
    every belief names a (boot, token) the durable log holds.
 3. Every admitted cluster outcome carries a proof whose token (and owner) is the lease of the
-   record that admitted it: no decision of a deposed term was admitted (S5). Every decision a
+   record that admitted it: no decision of a deposed term was admitted (LA-5). Every decision a
    contender logged as Created or Unchanged is admitted with its epoch and proof.
 4. Enough takeovers happened for the run to mean something.
 
@@ -129,7 +129,7 @@ def decisions_of(run: Run) -> list[Decision]:
 
 
 def check_beliefs_disjoint(beliefs: list[Belief]) -> None:
-    """(1) S8: beliefs of different terms never overlap; believed tokens only grow in time."""
+    """(1) LA-8: beliefs of different terms never overlap; believed tokens only grow in time."""
     ordered = sorted(beliefs, key=lambda belief: belief.start)
     latest: Belief | None = None  # the belief with the latest end so far
     for belief in ordered:
@@ -160,7 +160,7 @@ async def read_durable_log(store: ObjectStore) -> list[LeaderAuthorityRecord]:
 
 
 def check_durable_tokens(records: list[LeaderAuthorityRecord], beliefs: list[Belief]) -> int:
-    """(2) S4: tokens never decrease, change whenever the owner does, and each names one owner;
+    """(2) LA-4: tokens never decrease, change whenever the owner does, and each names one owner;
     every belief is a durable term. Returns the number of owner changes (takeovers)."""
     owners: dict[int, tuple[int, str, int]] = {}
     takeovers = 0
@@ -188,7 +188,7 @@ def check_durable_tokens(records: list[LeaderAuthorityRecord], beliefs: list[Bel
 
 
 def check_decisions(records: list[LeaderAuthorityRecord], decisions: list[Decision]) -> int:
-    """(3) S5: each admitted outcome was admitted under its own proof's term, epochs strictly
+    """(3) LA-5: each admitted outcome was admitted under its own proof's term, epochs strictly
     grow, and every logged Created/Unchanged is admitted. Returns the admitted count."""
     admitted: dict[int, tuple[str, int]] = {}
     last_epoch = 0

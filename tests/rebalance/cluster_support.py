@@ -1,4 +1,4 @@
-"""An N-node cluster in one process for rebalance scenario tests (spec_rebalance §7).
+"""An N-node cluster in one process for rebalance scenario tests (RB §7).
 
 One object store and one `SimulatedClock` are shared by every node. Each node is one process
 incarnation: an acquired and activated `ProcessLeaseHolder`, its own `Discovery`, its own
@@ -15,6 +15,7 @@ Typical use::
 
 Time moves only through `advance`, which keeps every running node's process lease renewed (and
 every view fresh) unless the node was `stop`ped, which is how a test kills a process.
+`adoption_report` and `exists` are small builders and reads the scenario modules share.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.fencing import FenceParticipant, LeaderProof
+from laminar_cluster.errors import ObjectNotFound
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.outcomes import Acquired
 from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership import Discovery, ProcessLeaseHolder, activate
 from laminar_cluster.rebalance.cluster.controller import FixedLeadership, StoreClusterController
+from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
 from laminar_cluster.store import ObjectStore
 
 PROCESS_TTL_S = 10.0
@@ -216,3 +219,26 @@ class Cluster:
         saved = await self.snapshots.save_if_absent(snapshot)
         assert saved == snapshot, "a different v1 is already seeded"
         return snapshot
+
+
+def adoption_report(
+    fence: CheckpointAssignmentFence, participant: FenceParticipant, *, ready: bool
+) -> CheckpointAssignmentAdoption:
+    """`participant`'s report of having adopted exactly `fence`'s map (ready or not)."""
+    return CheckpointAssignmentAdoption(
+        version=1,
+        participant=participant,
+        assignment_version=fence.assignment_version,
+        vnode_count=fence.vnode_count,
+        assignment_digest=fence.assignment_digest,
+        vnode_state_ready=ready,
+    )
+
+
+async def exists(store: ObjectStore, key: str) -> bool:
+    """Whether `key` is in `store` (a HEAD)."""
+    try:
+        await store.head(key)
+    except ObjectNotFound:
+        return False
+    return True

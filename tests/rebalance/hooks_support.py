@@ -1,11 +1,12 @@
-"""Builders for the coordinated-recovery hook scenarios (spec_rebalance §4.17, §4.18, T65-T72).
+"""Builders for the coordinated-recovery hook scenarios (RB §4.17, RB §4.18, RB-T65..RB-T72).
 
 A `Scenario` is a `cluster_support.Cluster` plus one `RecordingEngine` and one
 `RebalanceContext` per node. `install` stands in for the snapshot watcher's publication
-(§4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
+(RB §4.12) without running it: adopt the committed snapshot, publish its fence and an exact ready
 report, and activate the engine's authority. `drive` runs a coroutine while stepping the
 simulated clock, for code that sleeps or waits on deadlines; `with_watchers` runs a coroutine
 while every node's real snapshot watcher ticks and every running lease is renewed.
+`commit_terminal` commits a drain from v1 as the leader; `drained` runs `wait_until_drained`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeVar, cast
 
 from laminar_cluster.assignment.model import next_draining, snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
-from laminar_cluster.assignment.snapshot import Rotated
+from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcome
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.clock import SimulatedClock
@@ -26,7 +27,9 @@ from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
-from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
+from laminar_cluster.rebalance.node.selection import wait_until_drained
+from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import (
     GetResult,
@@ -36,7 +39,7 @@ from laminar_cluster.store import (
     PutResult,
     open_store,
 )
-from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.cluster_support import Cluster, adoption_report
 from tests.rebalance.engine.recording import RecordingEngine
 
 T = TypeVar("T")
@@ -140,22 +143,14 @@ async def build(
 
 
 async def install(ctx: RebalanceContext, snapshot: AssignmentSnapshot) -> None:
-    """What one watcher publication leaves behind for committed `snapshot` (§4.12)."""
+    """What one watcher publication leaves behind for committed `snapshot` (RB §4.12)."""
     deadline = ctx.head_deadline()
     await ctx.engine.adopt_assignment(snapshot, deadline=deadline)
     fence = snapshot_fence(snapshot)
     me = ctx.me
     if me in snapshot.participants:
         await ctx.controller.announce_adopted_assignment(
-            CheckpointAssignmentAdoption(
-                version=1,
-                participant=me,
-                assignment_version=fence.assignment_version,
-                vnode_count=fence.vnode_count,
-                assignment_digest=fence.assignment_digest,
-                vnode_state_ready=True,
-            ),
-            deadline=deadline,
+            adoption_report(fence, me, ready=True), deadline=deadline
         )
     ctx.controller.publish_checkpoint_assignment_fence(fence)
     activation = await ctx.engine.activate_authority(
@@ -220,31 +215,95 @@ async def listing(store: ObjectStore) -> list[tuple[str, str | None, int]]:
     return [(meta.key, meta.e_tag, meta.size) for meta in await store.list("")]
 
 
-class StalledListStore(ObjectStore):
-    """A store whose LIST never answers."""
+class PassThroughStore(ObjectStore):
+    """Forwards every request to `inner` once `before(op)` returns: a subclass stalls or fails
+    the requests it is about."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
-        self.never = asyncio.Event()
 
     @property
     def url(self) -> str:
         return self.inner.url
 
+    async def before(self, op: str) -> None:
+        """Called before each request (`get`, `head`, `put`, `list`, `delete`)."""
+
     async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        await self.before("get")
         return await self.inner.get(key, end=end)
 
     async def head(self, key: str) -> ObjectMeta:
+        await self.before("head")
         return await self.inner.head(key)
 
     async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        await self.before("put")
         return await self.inner.put(key, body, mode)
 
     async def list(
         self, prefix: str, *, offset: str | None = None, limit: int | None = None
     ) -> list[ObjectMeta]:
-        await self.never.wait()
+        await self.before("list")
         return await self.inner.list(prefix, offset=offset, limit=limit)
 
     async def delete(self, key: str) -> None:
+        await self.before("delete")
         await self.inner.delete(key)
+
+
+class StalledListStore(PassThroughStore):
+    """A store whose LIST never answers."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.never = asyncio.Event()
+
+    async def before(self, op: str) -> None:
+        if op == "list":
+            await self.never.wait()
+
+
+async def commit_terminal(
+    scenario: Scenario, owners: tuple[int, ...] = (1, 1, 2, 2)
+) -> AssignmentSnapshot:
+    """A live Commit of the drain v1 -> `owners`, finalized by the leader."""
+    draining = await scenario.drain(owners)
+    handoff = await scenario.checkpoint(snapshot_fence(scenario.v1))
+    version = await finalize_drain_snapshot(
+        scenario.ctx(1),
+        draining,
+        scenario.v1,
+        SourceDrainOutcome.COMMIT,
+        handoff,
+        FinalizeMode.LIVE,
+    )
+    assert version == 2
+    terminal = await scenario.cluster.snapshots.load()
+    assert terminal is not None and not terminal.draining
+    return terminal
+
+
+async def drained(
+    scenario: Scenario,
+    me: int,
+    *,
+    authority: bool,
+    vnode_count: int = 4,
+    snapshots: AssignmentSnapshotStore | None = None,
+    wait_s: float = 1.0,
+) -> bool:
+    """`wait_until_drained` for node `me` within `wait_s` (with node 1's authority, or none)."""
+    clock = scenario.clock
+    return await drive(
+        clock,
+        wait_until_drained(
+            snapshots or scenario.cluster.snapshots,
+            scenario.cluster.node(1).authority if authority else None,
+            me,
+            vnode_count,
+            CONFIG.watcher_poll_s,
+            clock.monotonic() + wait_s,
+            clock,
+        ),
+    )

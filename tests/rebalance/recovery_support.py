@@ -1,4 +1,4 @@
-"""Processes for the recovery scenarios (spec_rebalance §7 T28, T48-T53, T70, T74).
+"""Processes for the recovery scenarios (RB §7 RB-T28, RB-T48..RB-T53, RB-T70, RB-T74).
 
 Each node of a `tests.rebalance.cluster_support.Cluster` gets a `BaseEngine` with a
 `LeaderCheckpointer` and a `RebalanceContext`. Time moves only through the cluster

@@ -1,17 +1,19 @@
 """A cluster with engines: `Cluster` (controllers) plus one `RecordingEngine` and one
-`RebalanceContext` per node, for leader-side scenario tests (spec_rebalance §7 T25-T47).
+`RebalanceContext` per node, for leader-side scenario tests (RB §7 RB-T25..RB-T47).
 
 `install(node, snapshot)` does by hand what the watcher's publication does on every tick:
 adopt, publish the vnode-state report, publish the local fence and activate authority.
+`drive` runs a coroutine while simulated time moves; `follower_ack` is what a predecessor
+follower's watcher does for a draining head.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
@@ -21,12 +23,13 @@ from laminar_cluster.rebalance.config import RebalanceConfig
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import VnodeStateReady
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, LeaderCheckpointer
-from laminar_cluster.rebalance.records import CheckpointAssignmentAdoption
+from laminar_cluster.rebalance.rotation.graceful import prepare_and_announce_local_drain
 from laminar_cluster.store import ObjectStore
-from tests.rebalance.cluster_support import Cluster
+from tests.rebalance.cluster_support import Cluster, adoption_report
 from tests.rebalance.engine.recording import RecordingEngine
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def synchronous(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
@@ -125,14 +128,7 @@ class Scenario:
         fence = snapshot_fence(snapshot)
         me = controller.local_participant()
         await controller.announce_adopted_assignment(
-            CheckpointAssignmentAdoption(
-                version=1,
-                participant=me,
-                assignment_version=fence.assignment_version,
-                vnode_count=fence.vnode_count,
-                assignment_digest=fence.assignment_digest,
-                vnode_state_ready=fence.participant_incarnation(me.node_id) is not None,
-            ),
+            adoption_report(fence, me, ready=fence.participant_incarnation(me.node_id) is not None),
             deadline=deadline,
         )
         if fence.participant_incarnation(me.node_id) == me.boot_incarnation:
@@ -153,3 +149,28 @@ class Scenario:
         """One committed cluster checkpoint under `node_id`'s installed fence."""
         result = await self.engines[node_id].checkpoint_until(deadline=self.cluster.deadline())
         assert result.success, result.error
+
+
+async def drive(scenario: Scenario, work: Awaitable[T], *, step_s: float = 0.05) -> T:
+    """Run `work` while simulated time moves (leases renewed, views refreshed)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await scenario.cluster.advance(step_s, step_s=step_s)
+    return task.result()
+
+
+async def follower_ack(scenario: Scenario, node_id: int) -> None:
+    """What a predecessor follower's watcher does for a draining head (RB §4.11 A)."""
+    snapshots = scenario.cluster.snapshots
+    while True:
+        head = await snapshots.load()
+        if head is not None and head.draining:
+            break
+        await scenario.clock.sleep(0.05)
+    transition = head.drain_transition
+    assert transition is not None
+    ctx = scenario.ctx(node_id)
+    ctx.controller.publish_checkpoint_drain_transition(transition)
+    await prepare_and_announce_local_drain(
+        ctx, head, transition, ctx.me, deadline=scenario.cluster.deadline()
+    )

@@ -1,4 +1,4 @@
-"""A cluster of watched processes for the watcher scenarios (spec_rebalance §7 T54-T64).
+"""A cluster of watched processes for the watcher scenarios (RB §7 RB-T54..RB-T64).
 
 Each node of a `tests.rebalance.cluster_support.Cluster` gets a `RecordingEngine` (with a
 `LeaderCheckpointer`, so the leader can take real handoff checkpoints), a `RebalanceContext`
@@ -147,7 +147,7 @@ class WatchedCluster:
     async def publish_drain(
         self, owners: Sequence[int], *, leader: int = 1, current: AssignmentSnapshot | None = None
     ) -> AssignmentSnapshot:
-        """The leader's §4.4 steps 1-4 without the preflight: CAS the draining successor of
+        """The leader's RB §4.4 steps 1-4 without the preflight: CAS the draining successor of
         `current` (default: the head) and install its transition in the leader's controller."""
         proc = self.procs[leader]
         current = current or await self.cluster.snapshots.load()
@@ -173,7 +173,7 @@ class WatchedCluster:
         *,
         leader: int = 1,
     ) -> int:
-        """The leader's §4.4 steps 6.6-6.8: handoff checkpoint (Commit) and finalization."""
+        """The leader's RB §4.4 steps 6.6-6.8: handoff checkpoint (Commit) and finalization."""
         proc = self.procs[leader]
         transition = drain.drain_transition
         assert transition is not None

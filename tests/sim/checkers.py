@@ -1,17 +1,17 @@
-"""Invariant checkers, run by the simulation after every step (spec_rebalance §5).
+"""Invariant checkers, run by the simulation after every step (RB §5).
 
 They read the durable state straight from the shared objects (`SimStore.direct()`: no fault
 wrapper, no yield, so no node runs while they look) and keep what they saw across steps,
 because pruning removes old versions and old authority records:
 
 1. every committed assignment ever seen maps each vnode to exactly one owner that is in its
-   exact participant roster (S2, S3), and a committed version never changes once seen (S6);
+   exact participant roster (RB-2, RB-3), and a committed version never changes once seen (RB-19);
 2. every retained committed version >= 2 is backed by a matching authority decision
-   (`assignment.audit.audit_authority_backing`, S11);
+   (`assignment.audit.audit_authority_backing`, RB-10);
 3. no decision was admitted under a deposed term: every assignment decision (and every cluster
    checkpoint outcome) in the authority log carries exactly the lease proof of the record it
-   was appended in, and a drain Commit carries the proof of the term that opened the drain (S9);
-4. each process's engine registry only moves v -> v+1 after its first adoption (S12;
+   was appended in, and a drain Commit carries the proof of the term that opened the drain (RB-8);
+4. each process's engine registry only moves v -> v+1 after its first adoption (RB-11;
    recorded by `SimEngine` at the moment it applies);
 5. liveness, at the end only: the committed head equals rendezvous over the live assignable
    nodes, with their exact current boots.
@@ -194,7 +194,7 @@ class Checkers:
     # -- 4: exact adoption edges ---------------------------------------------------------------
     def check_jumps(self, jumps: Sequence[Jump]) -> None:
         """A registry that skips versions is a failure unless nothing could be carried over the
-        skipped edges (spec_rebalance §4.11 B adopts the head itself): the process owned no
+        skipped edges (RB §4.11 B adopts the head itself): the process owned no
         vnode in the versions it left or skipped (it follows the topology only), or the version
         it moved to is a recovery generation, which restores every owned vnode cold from its
         recovery checkpoint. Every other jump (owned state moving without its exact edge) fails."""

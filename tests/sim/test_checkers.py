@@ -55,7 +55,7 @@ def test_the_untouched_run_passes_every_checker() -> None:
     assert checkers.stats.drain_commits > 0 and checkers.committed
 
 
-def test_checker_1_owner_outside_the_roster() -> None:
+def test_rb2_checker_1_owner_outside_the_roster() -> None:
     simulation = finished_run()
     checkers = fresh_checkers(simulation)
     head = simulation.checkers.committed[max(simulation.checkers.committed)]
@@ -64,7 +64,22 @@ def test_checker_1_owner_outside_the_roster() -> None:
     assert any("outside its roster" in v for v in checkers.violations), checkers.violations
 
 
-def test_checker_2_bare_successor() -> None:
+def test_rb19_checker_flags_a_changed_committed_version() -> None:
+    """Checker 1 remembers every committed version it saw; the durable head no longer matching
+    what it saw earlier (here: what it saw carries another timestamp) is a violation."""
+    simulation = finished_run()
+    checkers = fresh_checkers(simulation)
+    asyncio.run(checkers.check_history())
+    assert checkers.violations == []
+    version = max(checkers.committed)
+    seen = checkers.committed[version]
+    checkers.committed[version] = replace(seen, updated_at_ms=seen.updated_at_ms + 1)
+    asyncio.run(checkers.check_history())
+    changed = f"committed assignment v{version} changed after it was seen"
+    assert any(changed in v for v in checkers.violations), checkers.violations
+
+
+def test_rb10_checker_2_bare_successor() -> None:
     simulation = finished_run()
 
     async def main() -> list[str]:
@@ -83,7 +98,7 @@ def test_checker_2_bare_successor() -> None:
     assert any("no drain transition or recovery authority decision" in v for v in violations)
 
 
-def test_checker_3_decision_under_another_token() -> None:
+def test_rb8_checker_3_decision_under_another_token() -> None:
     simulation = finished_run()
     records = asyncio.run(decision_records(simulation))
     assert records
@@ -94,7 +109,7 @@ def test_checker_3_decision_under_another_token() -> None:
     assert any(v.startswith("checker 3") for v in checkers.violations), checkers.violations
 
 
-def test_checker_4_jump() -> None:
+def test_rb11_checker_4_jump() -> None:
     simulation = finished_run()
     checkers = fresh_checkers(simulation)
     checkers.committed = simulation.checkers.committed

@@ -1,4 +1,4 @@
-"""A store wrapper for tests that script exact faults (spec_checkpoint_decision §8's "fault").
+"""A store wrapper for tests that script exact faults (CD §8's "fault").
 
 It can: defer a put (fail it as "lost before visibility" and apply it later), apply a put and
 then fail it, reject conditional updates as not supported, block the next overwrite until

@@ -1,6 +1,6 @@
 """`laminar-cluster bench checkpoint-ids`: checkpoint ID allocation and outcome record costs.
 
-Measures (spec_checkpoint_decision §4.3, §4.4):
+Measures (CD §4.3, CD §4.4):
 
 * local-mode allocations per second: `DecisionStore.local_filesystem` on a fresh temporary
   directory with fsync on (one durable block claim per 65,536 IDs; the rest is in memory);

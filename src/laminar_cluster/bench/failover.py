@@ -1,5 +1,5 @@
 """`laminar-cluster bench failover`: how long leadership is lost when the leader dies
-(spec_leader_lease §4.9, §6 "Takeover latency"; invariant S8).
+(LA §4.9, LA §6 "Takeover latency"; invariant LA-8).
 
 Three contender processes (`laminar_cluster.harness.contender`, started with `python -m`, i.e.
 spawned) share a fresh namespace of the store. Each round: wait for a steady leader (the
@@ -12,7 +12,7 @@ renewal, and a rival may take over only a full TTL after it), and the leader's s
 per renewal in steady state (each contender counts its requests with `CountingStore` and logs
 the running total with every renewal).
 
-Every round also checks S8 on the logs: the new term was granted after the killed leader's
+Every round also checks LA-8 on the logs: the new term was granted after the killed leader's
 last believed deadline (`s8_margin_min_s` > 0).
 """
 
@@ -106,7 +106,7 @@ class _Bench:
         raise DeadlineExceeded(f"bench failover: no new leader after node {killed} was killed")
 
     def round(self) -> tuple[float, float, tuple[int, int]]:
-        """One kill: (failover s, S8 margin s, (requests, renewals) of the killed term)."""
+        """One kill: (failover s, LA-8 margin s, (requests, renewals) of the killed term)."""
         fleet = self.fleet
         leader, token = self.steady_leader()
         time.sleep(self.rng.uniform(0, fleet.renew_interval_s))  # a random renewal phase
@@ -118,7 +118,7 @@ class _Bench:
         grant = self.first_grant_after(leader, token, kill_at)
         fleet.start(leader)
         granted_at = float(grant["believed_from"])  # when the acquiring response arrived
-        # S8: the new term was granted only after the killed leader's last deadline.
+        # LA-8: the new term was granted only after the killed leader's last deadline.
         return granted_at - kill_at, granted_at - last_until, _renewal_cost(run)
 
 

@@ -1,5 +1,5 @@
 """`laminar-cluster bench rebalance`: one join (4 -> 5 nodes) and one graceful leave (5 -> 4) of
-real `laminar-cluster node` processes on a fresh file:// store (spec_rebalance §1.1, §3.1, §4.2).
+real `laminar-cluster node` processes on a fresh file:// store (RB §1.1, RB §3.1, RB §4.2).
 
 The nodes are real processes on this host (one event loop each, as in production), not tasks
 of one loop: their timings then include what a loaded host does to them. Their clocks are one

@@ -1,5 +1,5 @@
 """`laminar-cluster assignment --store URL [--version N] [--json]`: one assignment generation,
-read-only (spec_rebalance §2.3, §2.11; docs/protocols/assignment-snapshots.md).
+read-only (AS §2.3, AS §2.11; docs/protocols/assignment-snapshots.md).
 
 Shows the version (the head, or `--version N`), whether it is draining or committed and where
 the generation came from (raw object, drain finalization, recovery materialization), whether
@@ -23,10 +23,11 @@ from laminar_cluster.assignment.snapshot_io import (
     load_raw,
 )
 from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.store.diagnose import redact_url
 from laminar_cluster.views.output import console, error_console, print_json, run_on_store
 
 MAP_ROW_CELLS: Final = 16
@@ -124,23 +125,28 @@ def run_assignment(url: str, *, version: int | None, as_json: bool) -> int:
     """`laminar-cluster assignment`: print one generation; exit 1 naming a bad object or an
     absent version (an empty store is reported and exits 0)."""
 
+    shown = redact_url(url)  # the URL as every line below shows it
     try:
-        view = run_on_store(url, lambda store: view_assignment(store, version))
+        view = run_on_store(url, lambda store: view_assignment(store, version), must_exist=True)
+    except InvalidArgument:
+        raise  # a store that cannot be used, a bad URL: a usage error (exit 2)
     except LaminarError as error:
-        return _fail(url, f"{type(error).__name__}: {error}", as_json)
+        return _fail(shown, f"{type(error).__name__}: {error}", as_json)
     if view == _EMPTY and version is None:
         # Nothing assigned yet is a state, not an error (like `lease` on an empty log).
         if as_json:
-            print_json({"ok": True, "store": url, "version": None, "note": view})
+            print_json({"ok": True, "store": shown, "version": None, "note": view})
         else:
-            console.print(f"store      {url}\n{view}", markup=False, highlight=False)
+            console.print(
+                f"store      {shown}\n{view}", markup=False, highlight=False, soft_wrap=True
+            )
         return 0
     if isinstance(view, str):
-        return _fail(url, view, as_json)
+        return _fail(shown, view, as_json)
     if as_json:
-        print_json({"ok": True, "store": url, **_json(view)})
+        print_json({"ok": True, "store": shown, **_json(view)})
     else:
-        _print(url, view)
+        _print(shown, view)
     return 0
 
 
@@ -163,16 +169,16 @@ def _fail(url: str, message: str, as_json: bool) -> int:
     if as_json:
         print_json({"ok": False, "store": url, "error": message})
     else:
-        error_console.print(f"assignment: {message}", markup=False, highlight=False)
+        error_console.print(f"assignment: {message}", markup=False, highlight=False, soft_wrap=True)
     return 1
 
 
 def _print(url: str, view: AssignmentView) -> None:
     out = console.print
-    out(f"store      {url}", markup=False, highlight=False)
+    out(f"store      {url}", markup=False, highlight=False, soft_wrap=True)
     head = "" if view.version == view.head_version else f" (head is {view.head_version})"
-    out(f"version    {view.version}{head}", markup=False, highlight=False)
-    out(f"state      {view.state} ({view.origin})", markup=False, highlight=False)
+    out(f"version    {view.version}{head}", markup=False, highlight=False, soft_wrap=True)
+    out(f"state      {view.state} ({view.origin})", markup=False, highlight=False, soft_wrap=True)
     if view.transition is not None:
         t = view.transition
         out(
@@ -180,15 +186,17 @@ def _print(url: str, view: AssignmentView) -> None:
             f"node {t['leader_node']}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
-    out(f"authority  {view.authority}", markup=False, highlight=False)
-    out(f"vnodes     {len(view.owners)}", markup=False, highlight=False)
+    out(f"authority  {view.authority}", markup=False, highlight=False, soft_wrap=True)
+    out(f"vnodes     {len(view.owners)}", markup=False, highlight=False, soft_wrap=True)
     for p in view.participants:
         out(
             f"  {p['code']}  node {p['node']:<6} vnodes {p['vnodes']:<5} boot {p['boot']}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
-    out("map (row start: vnode)", markup=False, highlight=False)
+    out("map (row start: vnode)", markup=False, highlight=False, soft_wrap=True)
     for index, row in enumerate(view.rows):
-        out(f"  {index * MAP_ROW_CELLS:>5}  {row}", markup=False, highlight=False)
+        out(f"  {index * MAP_ROW_CELLS:>5}  {row}", markup=False, highlight=False, soft_wrap=True)

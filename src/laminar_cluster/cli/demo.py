@@ -18,7 +18,10 @@ namespace under it) it
    first commit covering the killed node's vnodes), graceful leave time, and the check.
 
 Exit 0 only if the check passed; 1 if it failed (naming the first wrong key) or the scenario
-did not finish. The store and node logs of a failed run are kept and their paths printed.
+did not finish. It says at the start where it keeps its files (a scratch directory with the
+node logs, and the local store unless `--store` names one), and removes them at the end unless
+`--keep` is given or the run failed (then their paths are printed). Store URLs are shown with
+their secrets redacted (`secret_access_key=***`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from laminar_cluster.harness.demo_run import timings_for
 from laminar_cluster.harness.demo_view import DemoView
 from laminar_cluster.harness.workload import Workload
 from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT
+from laminar_cluster.store.diagnose import redact_url
 from laminar_cluster.views.output import console, error_console, print_json
 
 
@@ -53,6 +57,7 @@ def run_demo(
     partitions: int = 64,
     keys: int = 10_000,
     vnode_count: int = VNODE_COUNT_DEFAULT,
+    keep: bool = False,
     as_json: bool = False,
 ) -> int:
     """The whole demo; its exit code."""
@@ -60,23 +65,49 @@ def run_demo(
     scratch = Path(tempfile.mkdtemp(prefix="laminar-demo-"))
     url = f"file://{scratch}/store" if store_url is None else fresh_namespace(store_url)
     view = DemoView(console, events, quiet=as_json)
-    view.say(f"[bold]laminar-cluster demo[/bold]  store {url}")
+    view.say(f"[bold]laminar-cluster demo[/bold]  store {escape(redact_url(url))}")
+    fate = "kept (--keep)" if keep else "removed at the end unless the run fails (--keep keeps it)"
+    view.say(
+        f"scratch directory {escape(str(scratch))} (node logs{_store_part(store_url)}): {fate}"
+    )
     clock = RealClock()
     started = clock.monotonic()
     timings = dataclasses.replace(timings_for(url), vnode_count=vnode_count)
-    figures, passed = asyncio.run(run_demo_scenario(url, workload, scratch, view, timings))
+    try:
+        figures, passed = asyncio.run(run_demo_scenario(url, workload, scratch, view, timings))
+    except KeyboardInterrupt:
+        error_console.print(
+            f"interrupted: kept node logs in {scratch}, store {redact_url(url)}",
+            soft_wrap=True,
+            markup=False,
+        )
+        return EXIT_INTERRUPTED
     figures["wall_s"] = round(clock.monotonic() - started, 2)
+    figures["store"] = redact_url(url)
+    kept = keep or not passed
+    figures["scratch"] = {"path": str(scratch), "kept": kept}
     if as_json:
         print_json(figures)
     else:
         _print_summary(figures)
-    if passed and store_url is None:
+    if not kept:
         shutil.rmtree(scratch, ignore_errors=True)
-    elif not passed:
+        view.say(f"removed the scratch directory {escape(str(scratch))}")
+    else:
+        why = "kept (--keep)" if passed else "kept for inspection"
         error_console.print(
-            f"kept for inspection: node logs in {scratch}, store {url}", soft_wrap=True
+            f"{why}: node logs in {scratch}, store {redact_url(url)}",
+            soft_wrap=True,
+            markup=False,
         )
     return 0 if passed else 1
+
+
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
+
+
+def _store_part(store_url: str | None) -> str:
+    return ", and the store" if store_url is None else ""
 
 
 def _print_summary(figures: dict[str, Any]) -> None:

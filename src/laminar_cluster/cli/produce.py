@@ -6,7 +6,9 @@ log of a store (resuming after what each partition already holds) and prints pro
 events per second. `output` reads every committed sink output of the reference aggregation and
 prints the totals: events counted, keys, committed attempts, hidden outputs. Given the
 workload's parameters it also checks the totals against the expected aggregates, computed
-independently from the generator, and exits 1 on any difference (an event lost or counted twice).
+independently from the generator, and exits 1 on any difference: an event lost or counted
+twice, or, when the event log holds another number of events than the named workload, a
+workload named wrongly (the counts disagree with what was asked, not with what was produced).
 """
 
 from __future__ import annotations
@@ -102,9 +104,8 @@ def run_output(url: str, *, expect: Workload | None, timeout_s: float, as_json: 
 
     async def work(store: ObjectStore) -> dict[str, Any]:
         authority = open_output_authority(store, clock)
-        result = await read_committed_output(
-            authority, decode_aggregate_records, deadline=clock.monotonic() + timeout_s
-        )
+        deadline = clock.monotonic() + timeout_s
+        result = await read_committed_output(authority, decode_aggregate_records, deadline=deadline)
         totals = aggregate_committed(result.records)
         figures: dict[str, Any] = {
             "store": store.url,
@@ -118,15 +119,26 @@ def run_output(url: str, *, expect: Workload | None, timeout_s: float, as_json: 
         }
         if expect is not None:
             figures["check"] = _check(totals, expected_aggregates(expect))
+            figures["check"]["produced_events"] = await produced_events(store, clock, deadline)
         return figures
 
-    figures = run_on_store(url, work)
+    figures = run_on_store(url, work, must_exist=True)
     check = figures.get("check")
     if as_json:
         print_json(figures)
     else:
         _print_output(figures)
     return 1 if check is not None and not check["passed"] else 0
+
+
+async def produced_events(store: ObjectStore, clock: RealClock, deadline: float) -> int | None:
+    """The events in the store's event log (the sum of its partitions' end offsets), or None
+    when no partitions are declared."""
+    log = EventLog(store, clock=clock)
+    partitions = await log.partitions(deadline=deadline)
+    if partitions is None:
+        return None
+    return sum([await log.end_offset(p, deadline=deadline) for p in range(partitions)])
 
 
 def _check(totals: Aggregates, expected: Aggregates) -> dict[str, Any]:
@@ -164,9 +176,19 @@ def _print_output(figures: dict[str, Any]) -> None:
     if check["passed"]:
         say(f"[green]check passed[/green]: all {check['expected_events']:,} events once")
         return
+    produced, expected = check["produced_events"], check["expected_events"]
+    if produced is not None and produced != expected:
+        say(
+            f"[red]check failed[/red]: the counts disagree with what was asked: the event log "
+            f"holds {produced:,} events, the workload named by --events/--seed/--keys/"
+            f"--partitions has {expected:,}; committed {figures['events']:,}. Give the "
+            "parameters `produce` was run with."
+        )
+        return
+    in_log = "" if produced is None else ", as the event log holds"
     say(
         f"[red]check failed[/red]: {check['lost']:,} events lost, {check['duplicated']:,} "
-        f"counted twice (expected {check['expected_events']:,})"
+        f"counted twice (expected {expected:,}{in_log})"
     )
     for row in check["mismatched_keys"]:
         say(f"  key {row['key']}: committed {row['committed']}, expected {row['expected']}")

@@ -1,14 +1,14 @@
 """The leader's artifact floor upkeep (docs/protocols/distributed-checkpoint.md, DC-14, leader
-step L10; spec_leader_lease §4.4.5, S14, S22).
+step L10; LA §4.4.5, LA-14, LA-21).
 
-The authority admits at most `live_commit_links_max` live Commit links (S22: 4,096), and a
+The authority admits at most `live_commit_links_max` live Commit links (LA-21: 4,096), and a
 Commit leaves the live list only when the artifact floor passes it. So after each Commit of its
 own, once `trigger_commits` Commits are live, the leader moves the artifact floor up to keep the
 newest `retained_commits`, but never past what a reader still needs (`floor_target`):
 
 * the newest `retained_commits` (>= 1) Commits: the newest one is what a handoff restore, the
   restorer, recovery, the next capsule's predecessor, DC-9 and `status` read;
-* the active assignment handoff pin's checkpoint (spec_rebalance §2.9; the authority refuses a
+* the active assignment handoff pin's checkpoint (RB §2.9; the authority refuses a
   floor above it too);
 * a Commit whose sink commit marker this leader has not read back, matching it (DC-12): below
   the floor the committed-output reader finds a Commit only through its marker. A missing

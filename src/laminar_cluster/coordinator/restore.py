@@ -84,7 +84,7 @@ async def load_outputs(
         capsule = await decisions.load_recovery_capsule(capsule_ref)
         outputs: dict[int, bytes] = {}
         for participant in capsule.participants:
-            manifest = await _manifest(store, capsule, participant)
+            manifest = await verified_manifest(store, capsule, participant)
             outputs[participant.node_id] = await read_output(
                 store, capsule.attempt, _fence_participant(participant), manifest.output_sha256
             )
@@ -99,7 +99,7 @@ async def capsule_manifests(
 
     def reader(participant: CapsuleParticipant) -> Callable[[], Awaitable[ParticipantManifest]]:
         async def read() -> ParticipantManifest:
-            return await _manifest(store, capsule, participant)
+            return await verified_manifest(store, capsule, participant)
 
         return read
 
@@ -112,7 +112,7 @@ async def _participant_cuts(
     participant: CapsuleParticipant,
     vnodes: list[int],
 ) -> dict[int, VnodeCut]:
-    manifest = await _manifest(store, capsule, participant)
+    manifest = await verified_manifest(store, capsule, participant)
     digest_of = dict(zip(manifest.vnodes, manifest.partial_sha256, strict=True))
     identity = _fence_participant(participant)
 
@@ -129,7 +129,7 @@ async def _participant_cuts(
     return dict(zip(vnodes, cuts, strict=True))
 
 
-async def _manifest(
+async def verified_manifest(
     store: ObjectStore, capsule: ClusterRecoveryCapsule, participant: CapsuleParticipant
 ) -> ParticipantManifest:
     """The participant's manifest, which must hash to the capsule's digest and name exactly the

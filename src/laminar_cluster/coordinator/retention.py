@@ -2,7 +2,7 @@
 (docs/protocols/distributed-checkpoint.md, "Retention", DC-13).
 
 Restores only ever read the partials of the latest committed attempt (handoff) or of the
-assignment handoff pin's checkpoint (recovery, spec_rebalance §2.9), and the committed-output
+assignment handoff pin's checkpoint (recovery, RB §2.9), and the committed-output
 reader only a committed attempt's marker, outputs and manifests. So for every attempt older
 than the newest committed one:
 

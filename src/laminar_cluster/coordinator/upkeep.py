@@ -43,7 +43,7 @@ class LeaderUpkeep:
         authority: LeaderLeaseStore,
         floor_policy: ArtifactFloorPolicy | None = None,
     ) -> None:
-        """`floor_policy` None: the artifact floor is never moved (Commits stop at S22's
+        """`floor_policy` None: the artifact floor is never moved (Commits stop at LA-21's
         bound)."""
         self.authority = authority
         self.clock = authority.clock

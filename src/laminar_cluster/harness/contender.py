@@ -1,18 +1,18 @@
 """A leader-election contender process: the lease manager on a real store, logging every
-interval it believed it led and every decision it tried (spec_leader_lease §4.9, §6; S4, S5,
-S8, S10). The election torture test and `bench failover` spawn several on one store (`python -m
+interval it believed it led and every decision it tried (LA §4.9, LA §6; LA-4, LA-5,
+LA-8, LA-10). The election torture test and `bench failover` spawn several on one store (`python -m
 laminar_cluster.harness.contender`, or the spawn target `contender_process`).
 
-Each start is a new owner (S10): the node id, a fresh boot uuid4, and a process term one above
-the last start's (a counter file next to the log). A store failing the contract probe (§4.2,
-S23) is refused with exit code 2.
+Each start is a new owner (LA-10): the node id, a fresh boot uuid4, and a process term one above
+the last start's (a counter file next to the log). A store failing the contract probe (LA §4.2,
+LA-12) is refused with exit code 2.
 
 The log is JSON lines (one `os.write` each, O_APPEND); `at` is monotonic (RealClock's
 `time.monotonic`, shared by the processes of one host). Events: `start` (pid, node, boot,
 process_term, ttl_s), `manager`, `granted` (token, seq, until, believed_from: when the acquiring
 response arrived), `renewed` (token, seq, until), `ended` (token, until; none when killed),
 `decide`/`decision` (token, epoch, result), `stop`, `refused`, `crash`. `until` is the
-manager's LeaseDeadline (S8: anchored at the attempt start); a belief holds on [believed_from,
+manager's LeaseDeadline (LA-8: anchored at the attempt start); a belief holds on [believed_from,
 min(until, ended)]. Decisions log through `believe()` first, so no act rests on an unlogged
 belief. `requests` counts this process's store requests (`CountingStore`) for the bench.
 """
@@ -133,7 +133,7 @@ class _TimedAuthority:
 @dataclass
 class _Contender:
     """One process's running state, shared by its tasks, and what it believes about its
-    leadership, logged on every change (S8)."""
+    leadership, logged on every change (LA-8)."""
 
     config: ContenderConfig
     clock: Clock
@@ -184,7 +184,7 @@ class _Contender:
 
 async def _lead(contender: _Contender) -> None:
     """Run lease managers back to back: a fenced manager is replaced by a new one, which begins
-    a new term with a new token (§4.9.3, S9)."""
+    a new term with a new token (LA §4.9.3, LA-9)."""
     config = contender.config
     manager_config = LeaseManagerConfig(config.ttl_s, config.renew_interval_s)
     for generation in range(1, MANAGER_RESTARTS_MAX + 1):
@@ -229,7 +229,7 @@ async def _decide(contender: _Contender) -> None:
 
 
 async def _decide_once(contender: _Contender, proof: LeaderProof) -> None:
-    """One Abort attempt under `proof`, logged with its result (S5 is checked on the log)."""
+    """One Abort attempt under `proof`, logged with its result (LA-5 is checked on the log)."""
     clock, log, token = contender.clock, contender.log, proof.fencing_token
     budget_s = contender.config.ttl_s
     epoch: int | None = None
@@ -241,7 +241,7 @@ async def _decide_once(contender: _Contender, proof: LeaderProof) -> None:
         log.write("decide", token=token, epoch=epoch)
         # A leader's work between checking its proof and recording (a barrier, say). The proof
         # is deliberately not re-checked afterwards, and the record gets a fresh budget: a
-        # resumed, deposed leader must be refused by the log alone (S5).
+        # resumed, deposed leader must be refused by the log alone (LA-5).
         await contender.pause(clock.random.uniform(0, contender.config.decision_think_s))
         result: object = await record_cluster_outcome(
             contender.timed.inner,
@@ -295,7 +295,7 @@ async def _contend(config: ContenderConfig) -> int:
 
 
 def _refuse(config: ContenderConfig, log: EventLog, error: LaminarError) -> int:
-    """Refuse a store that cannot be opened or fails its contract probe (S23): exit 2."""
+    """Refuse a store that cannot be opened or fails its contract probe (LA-12): exit 2."""
     log.write("refused", reason=str(error)[:1000])
     print(f"contender {config.node_id}: refusing the store: {error}", file=sys.stderr, flush=True)
     return EXIT_STORE_REFUSED
@@ -303,7 +303,7 @@ def _refuse(config: ContenderConfig, log: EventLog, error: LaminarError) -> int:
 
 async def _run(config: ContenderConfig, clock: Clock, log: EventLog, store: CountingStore) -> int:
     try:
-        await verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S)  # S23
+        await verify_store_contract(store, clock, timeout_s=PROBE_TIMEOUT_S)  # LA-12
     except LaminarError as error:
         return _refuse(config, log, error)
     owner = LeaderLeaseOwner(

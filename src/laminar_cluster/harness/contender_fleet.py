@@ -128,7 +128,7 @@ class ContenderFleet:
         return []
 
     def require_running(self, nodes: tuple[int, ...]) -> None:
-        """Fail at once if a contender exited by itself: exit 2 is a refused store (S23)."""
+        """Fail at once if a contender exited by itself: exit 2 is a refused store (LA-12)."""
         for node in nodes:
             process = self.processes.get(node)
             code = None if process is None else process.poll()

@@ -99,5 +99,5 @@ class DemoView:
         parts: list[RenderableType] = [header, bars]
         if self.status is not None:  # the lag total is in the summary; no per-partition table
             compact = dataclasses.replace(self.status, lag={**self.status.lag, "partitions": []})
-            parts.append(render(compact))
+            parts.append(render(compact, compact=True))
         return Group(*parts)

@@ -1,4 +1,4 @@
-"""A minimal node process for the membership protocol (upstream_context §1.2, §1.3;
+"""A minimal node process for the membership protocol (ML §1.3;
 docs/protocols/membership.md), used by the real-process tests.
 
     python -m laminar_cluster.harness.membership_node --store URL --node-id N --ttl S --log PATH

@@ -52,6 +52,9 @@ class Member:
     state: ObservedState
     record: NodeLeaseRecord
     unchanged_s: float  # how long this observer has seen the same liveness identity
+    # The store's last-modified time of the record as last listed (a diagnostic for views:
+    # the age of the last renewal; never decides anything here).
+    modified_ms: int = 0
 
     @property
     def term(self) -> int:
@@ -93,6 +96,7 @@ class _Seen:
     token: IfMatch | None
     record: NodeLeaseRecord
     first_seen_s: float  # monotonic time of the poll that first saw this liveness identity
+    modified_ms: int = 0  # the listing's last-modified time of the record (diagnostics)
 
 
 @dataclass(slots=True)
@@ -134,6 +138,7 @@ class Discovery:
         seen = self._seen.get(node)
         listed = meta.token if meta.e_tag is not None or meta.version is not None else None
         if seen is not None and listed is not None and seen.token == listed:
+            seen.modified_ms = meta.last_modified_ms
             return node  # unchanged version: no read needed
         try:
             got = await self.store.get(meta.key, end=MAX_NODE_LEASE_RECORD_BYTES + 1)
@@ -148,9 +153,10 @@ class Discovery:
         # ML-4: an observation starts after the read that returned the record, never before.
         now_s = self.clock.monotonic()
         if seen is None or seen.record.liveness_identity() != record.liveness_identity():
-            self._seen[node] = _Seen(token=token, record=record, first_seen_s=now_s)
+            seen = self._seen[node] = _Seen(token=token, record=record, first_seen_s=now_s)
         else:
             seen.token, seen.record = token, record
+        seen.modified_ms = got.meta.last_modified_ms
         return node
 
     def _view(self, now_s: float, problems: list[str]) -> MembershipView:
@@ -171,4 +177,10 @@ def _member(node: int, seen: _Seen, now_s: float) -> Member:
         state = ObservedState.SUSPECTED
     else:
         state = _ANNOUNCED[record.state]
-    return Member(node=node, state=state, record=record, unchanged_s=unchanged_s)
+    return Member(
+        node=node,
+        state=state,
+        record=record,
+        unchanged_s=unchanged_s,
+        modified_ms=seen.modified_ms,
+    )

@@ -67,6 +67,7 @@ class Stored:
 
     record: NodeLeaseRecord
     token: IfMatch
+    last_modified_ms: int = 0  # the store's time of that version (diagnostics: views' ages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,7 @@ async def read_node_record(store: ObjectStore, node: int) -> Stored | None:
     except ObjectNotFound:
         return None
     record = decode_node_record(got.body, key=key, node=node)
-    return Stored(record=record, token=got.meta.token)
+    return Stored(record=record, token=got.meta.token, last_modified_ms=got.meta.last_modified_ms)
 
 
 class ProcessLeaseHolder:

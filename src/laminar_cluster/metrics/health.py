@@ -7,11 +7,14 @@ one-line reason:
    fenced is the answer until a new incarnation starts);
 1. the process lease is held: acquired, not released by a leave, renewed within its ttl on
    this process's monotonic clock (a fenced process has no valid lease: ML-2, ML-5);
-2. the leader lease state is known: this process's lease manager learned who holds the leader
+2. no problem repeats without progress: a node stuck on a bad record (it logs the problem
+   once and then counts its repeats, `NodeLog.problem`, until it makes progress again) is not
+   ready, and says which problem holds it (the object's name is in it);
+3. the leader lease state is known: this process's lease manager learned who holds the leader
    lease (itself or a rival) within the last ttl. A process that is not a leader candidate
    (it owns no vnodes while owners of its assignment are live, `leader_eligible`) does not
    contend, reads no lease and needs none to serve: this check passes for it;
-3. an assignment is adopted: the engine runs an assignment version and has its fence
+4. an assignment is adopted: the engine runs an assignment version and has its fence
    installed (a rotation drops the fence until the next one is activated, so readiness
    drops for that moment, truthfully).
 """
@@ -36,6 +39,8 @@ def node_readiness(node: RebalanceNode) -> str | None:
         return "the node left the cluster"
     if not holder.is_live():
         return "the process lease is not held (fenced, or its renewal is overdue)"
+    if node.log.problem is not None:  # the most precise reason: it names the bad object
+        return f"stuck, repeating without progress: {node.log.problem}"
     leadership = node.leadership
     if leadership is None:
         return NOT_STARTED

@@ -1,5 +1,5 @@
 """`NodeMetrics`: the Prometheus metrics of one node process (issue 7 `--metrics-port`;
-spec_rebalance §3.4 and §6.5 for the placement series).
+RB §3.4 and RB §6.5 for the placement series).
 
 Every instance owns a `CollectorRegistry` (never prometheus_client's global one), so several
 nodes in one process (tests, simulations) never share or collide on series. The node updates it
@@ -17,7 +17,7 @@ three ways:
   (it is the rebalance layer's `PlacementSink`).
 
 Names follow the Prometheus conventions: every series starts with `laminar_` (the placement
-series are spec_rebalance §3.4's `placement_vnodes_per_domain` and
+series are RB §3.4's `placement_vnodes_per_domain` and
 `placement_blast_radius_ratio` under that prefix), counters end in `_total` (prometheus_client
 appends it to a Counter's name), and a unit ends the name where there is one (`_seconds`,
 `_events`). `laminar_last_commit_age_seconds` is computed at scrape time on the metrics' clock:
@@ -160,13 +160,13 @@ class NodeMetrics:
         )
         self.placement_vnodes = Gauge(
             "laminar_placement_vnodes_per_domain",
-            "Vnodes per failure domain at the isolation tier (spec_rebalance §3.4)",
+            "Vnodes per failure domain at the isolation tier (RB §3.4)",
             ["domain"],
             registry=r,
         )
         self.placement_blast_radius = Gauge(
             "laminar_placement_blast_radius_ratio",
-            "Largest failure domain's share of the vnodes (spec_rebalance §3.4)",
+            "Largest failure domain's share of the vnodes (RB §3.4)",
             registry=r,
         )
         self.last_commit_age = Gauge(
@@ -232,7 +232,7 @@ class NodeMetrics:
 
     # -- rebalance.watcher.publish.PlacementSink ---------------------------------------------
     def publish_placement(self, metrics: PlacementMetrics) -> None:
-        """§3.4: reset the per-domain vector (stale domains vanish), one series per domain,
+        """RB §3.4: reset the per-domain vector (stale domains vanish), one series per domain,
         then the blast-radius ratio."""
         self.placement_vnodes.clear()
         for domain, count in sorted(metrics.vnodes_per_domain.items()):

@@ -1,1 +1,1 @@
-"""The vnode rebalance control plane (spec_rebalance.md; docs/protocols/rebalance.md)."""
+"""The vnode rebalance control plane (docs/protocols/rebalance.md, RB)."""

@@ -1,4 +1,4 @@
-"""`RebalanceConfig` (spec_rebalance §4.1): every timing of the control plane in one place."""
+"""`RebalanceConfig` (RB §4.1): every timing of the control plane in one place."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class RebalanceConfig:
     retry_delay_s: float = 2.0
     drain_ack_timeout_s: float = 10.0
     placement_isolation_tier: int = 0
-    # How often `await_drain_quorum` re-reads the ack slots (§4.6: 100 ms).
+    # How often `await_drain_quorum` re-reads the ack slots (RB §4.6: 100 ms).
     quorum_poll_s: float = 0.1
 
     def __post_init__(self) -> None:
@@ -43,7 +43,7 @@ class RebalanceConfig:
 
     @classmethod
     def test_preset(cls) -> RebalanceConfig:
-        """The spec's test preset (§4.1)."""
+        """The spec's test preset (RB §4.1)."""
         return cls(
             watcher_poll_s=0.2,
             rebalance_debounce_s=0.5,

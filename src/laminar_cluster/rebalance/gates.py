@@ -1,4 +1,4 @@
-"""Authority closure primitives (spec_rebalance §4.15; S13, S14).
+"""Authority closure primitives (RB §4.15; RB-12, RB-13).
 
 Closing stops local intake and withdraws the published fence and drain transition *before* it
 waits for anything, then re-asserts the same under the adoption lock (a watcher holding the
@@ -57,7 +57,7 @@ async def close_local_assignment_authority(
     deadline: float,
 ) -> tuple[ProcessLeaseFence, ...]:
     """Close authority, fence every removed process, fault locally if `target` certifies this
-    boot, and wait for execution to drain (§4.15)."""
+    boot, and wait for execution to drain (RB §4.15)."""
     _withdraw(ctx, invalidate=True)
     await _lock(ctx, deadline, "closure")
     try:
@@ -78,7 +78,7 @@ async def close_local_assignment_authority(
 
 
 async def suspend_local_assignment_authority(ctx: RebalanceContext, *, deadline: float) -> None:
-    """Fail closed but resumable: the certificate and its sequence domain are kept (§4.15)."""
+    """Fail closed but resumable: the certificate and its sequence domain are kept (RB §4.15)."""
     _withdraw(ctx, invalidate=False)
     await _lock(ctx, deadline, "suspension")
     try:
@@ -102,6 +102,6 @@ async def suspend_recovery_assignment_authority(ctx: RebalanceContext, *, deadli
 
 
 async def ensure_local_recovery_fault(ctx: RebalanceContext, *, deadline: float) -> None:
-    """Mark this process recovering and publish a durable local recovery fault (§4.15)."""
+    """Mark this process recovering and publish a durable local recovery fault (RB §4.15)."""
     ctx.controller.set_recovering(True)
     await ctx.controller.publish_local_recovery_fault(deadline=deadline)

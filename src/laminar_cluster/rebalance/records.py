@@ -1,12 +1,12 @@
-"""Per-process durable reports of the rebalance plane (spec_rebalance §2.7, §4.6).
+"""Per-process durable reports of the rebalance plane (RB §2.7, RB §4.6).
 
 Each process owns two control slots and only ever writes its own:
 
 * `CheckpointAssignmentAdoption` (`control:adopted-assignment`): which exact assignment this
   process runs and whether its vnode state for it is ready. The leader reads every slot to build
-  the owner certificate (§4.12) and the graceful preflight (§4.4 step 4.4).
+  the owner certificate (RB §4.12) and the graceful preflight (RB §4.4 step 4.4).
 * `DrainAck` (`control:drain-ack`): this exact process stopped its sources at one cut for one
-  drain transition (§4.6). The leader's ack quorum needs one from every predecessor process.
+  drain transition (RB §4.6). The leader's ack quorum needs one from every predecessor process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from laminar_cluster.lease.records import AssignmentDrainTransition
 
 
 class CheckpointAssignmentAdoption(Record):
-    """One process's adoption / vnode-state report (§2.7)."""
+    """One process's adoption / vnode-state report (RB §2.7)."""
 
     version: Literal[1]
     participant: FenceParticipant
@@ -40,7 +40,7 @@ class CheckpointAssignmentAdoption(Record):
 
 
 class DrainAck(Record):
-    """One process's durable acknowledgement of one drain transition (§4.6)."""
+    """One process's durable acknowledgement of one drain transition (RB §4.6)."""
 
     version: Literal[1]
     participant: FenceParticipant

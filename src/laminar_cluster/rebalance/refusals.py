@@ -3,7 +3,7 @@
 The kind of an error says what the caller does next (Fenced: stop; Refused: re-read and decide
 again; CorruptRecord: report, never trust; ...). The reason says which check refused, for the
 callers and tests that branch on it; the message keeps the spec's wording for operators
-(spec_rebalance §9 "Logging") and is never branched on. A reason belongs to one check, or to a
+(RB §9 "Logging") and is never branched on. A reason belongs to one check, or to a
 few that refuse for the same cause; the same reason may travel with different kinds when the
 same cause is a race in one place and durable inconsistency in another.
 """
@@ -20,7 +20,7 @@ class Refusal(enum.Enum):
 
     # -- membership and processes (cluster/) ---------------------------------------------------
     MEMBERS_WATCH_CLOSED = "members-watch-closed"  # the membership poll ended
-    SELF_NOT_A_MEMBER = "self-not-a-member"  # the view lacks this node (§9)
+    SELF_NOT_A_MEMBER = "self-not-a-member"  # the view lacks this node (RB §9)
     NO_LIVE_INCARNATION = "no-live-incarnation"  # a participant id has no live boot
     PROCESS_RENEWED = "process-renewed"  # the process to fence still renews its lease
     TAKEOVER_NEVER_OBSERVED = "takeover-never-observed"  # the boot to fence was never seen
@@ -42,7 +42,7 @@ class Refusal(enum.Enum):
     NOT_RUNNING_PREDECESSOR = "not-running-predecessor"  # the registry is not the drain's start
     OTHER_DRAIN_OPEN = "other-drain-open"  # local sources are stopped for another drain
     DRAIN_RESOLVED_OTHERWISE = "drain-resolved-otherwise"  # resolved with the other verdict
-    SHUFFLE_NOT_READY = "shuffle-not-ready"  # adoption waits for a staged transition (§4.11 B)
+    SHUFFLE_NOT_READY = "shuffle-not-ready"  # adoption waits for a staged transition (RB §4.11 B)
     NO_FENCE_INSTALLED = "no-fence-installed"  # no checkpoint without an installed fence
     AUTHORITY_SUSPENDED = "authority-suspended"  # no checkpoint while authority is suspended
     ENGINE_NOT_RUNNING = "engine-not-running"  # no checkpoint unless the engine runs
@@ -54,7 +54,7 @@ class Refusal(enum.Enum):
     HEAD_MOVED = "head-moved"  # the durable head is no longer the one this step began from
     PREDECESSOR_LOST = "predecessor-lost"  # v-1 is gone (pruned under a newer head)
     PREDECESSOR_NOT_BOUND = "predecessor-not-bound"  # v does not bind its exact predecessor
-    RETAINED_PREDECESSOR_NOT_BOUND = "retained-predecessor-not-bound"  # startup (§4.17)
+    RETAINED_PREDECESSOR_NOT_BOUND = "retained-predecessor-not-bound"  # startup (RB §4.17)
     NO_AUTHORITY_DECISION = "no-authority-decision"  # a committed v >= 2 no decision explains
     DECISION_MISMATCH = "decision-mismatch"  # a decision names another transition or proposal
     TERMINAL_MISMATCH = "terminal-mismatch"  # a terminal that contradicts its drain or verdict
@@ -92,12 +92,12 @@ class Refusal(enum.Enum):
     RELEASE_ON_DRAINING_HEAD = "release-on-draining-head"  # Release met an unresolved drain
 
     # -- the leader's rotation (rotation/) -------------------------------------------------------
-    YIELDED_TO_RECOVERY = "yielded-to-recovery"  # live finalization while recovering (S17)
+    YIELDED_TO_RECOVERY = "yielded-to-recovery"  # live finalization while recovering (RB-15)
     COMMIT_WINNER = "commit-winner"  # stopped recovery met a Commit winner: the round yields
     HEAD_REGRESSED = "head-regressed"  # the durable head is below the local registry
     NOT_ADOPTION_CERTIFICATE = "not-adoption-certificate"  # the published fence is not exact
     PUBLICATION_AUTHORITY_CHANGED = "publication-authority-changed"  # drain CAS landed late
-    ACK_QUORUM_MISSED = "ack-quorum-missed"  # the drain ack quorum timed out (§4.6)
+    ACK_QUORUM_MISSED = "ack-quorum-missed"  # the drain ack quorum timed out (RB §4.6)
     HANDOFF_CHECKPOINT_FAILED = "handoff-checkpoint-failed"  # the pre-rotation checkpoint
     HANDOFF_NOT_PREDECESSOR_CUT = "handoff-not-predecessor-cut"  # it binds another cut
     ADOPTION_LAGS = "adoption-lags"  # a local adoption did not apply
@@ -110,3 +110,10 @@ class Refusal(enum.Enum):
 def refused_because(error: BaseException, reason: Refusal) -> bool:
     """Is `error` a Refused for exactly `reason`?"""
     return isinstance(error, Refused) and error.reason is reason
+
+
+def predecessor_lost(version: int) -> Refused:
+    """Assignment `version - 1` is gone (pruned under a newer head): re-read and decide again."""
+    return Refused(
+        f"assignment {version}: lost predecessor {version - 1}", reason=Refusal.PREDECESSOR_LOST
+    )

@@ -66,11 +66,23 @@ class StreamEngine:
         self.processor = processor
         self.config = config or EngineConfig()
         self.table = VnodeTable(partitions or 0)
-        self.partitions_known = partitions is not None
         self.counters = StreamCounters()
-        self._loop = EngineLoop(self)
+        self._loop = EngineLoop(
+            clock=clock,
+            log=log,
+            processor=processor,
+            config=self.config,
+            table=self.table,
+            counters=self.counters,
+            partitions_known=partitions is not None,
+        )
 
     # -- DataPlane -----------------------------------------------------------------------------
+    @property
+    def partitions_known(self) -> bool:
+        """Whether the log's partition count is known (declared by the producer, or given)."""
+        return self._loop.partitions_known
+
     def restore(self, vnode: int, cut: VnodeCut | None, *, vnode_count: int) -> None:
         """Check the cut's offsets (CorruptRecord), then install its state and offsets."""
         state = None if cut is None else cut.state

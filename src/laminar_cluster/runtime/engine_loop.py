@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from laminar_cluster.clock import within_deadline
+from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import CorruptRecord, LaminarError
 from laminar_cluster.rebalance.engine.data_plane import Intake
-
-if TYPE_CHECKING:
-    from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.runtime.engine_types import EngineConfig, SourceLog, StreamCounters
+from laminar_cluster.runtime.processor import Processor
+from laminar_cluster.runtime.vnode_table import VnodeTable
 
 logger: Final = logging.getLogger(__name__)
 
@@ -31,12 +31,26 @@ Events = tuple[Sequence[int], Sequence[int], int]
 
 
 class EngineLoop:
-    def __init__(self, engine: StreamEngine) -> None:
-        self.engine = engine
+    """Reads the log into the processor for the vnodes `table` holds; counts in `counters`."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        log: SourceLog,
+        processor: Processor,
+        config: EngineConfig,
+        table: VnodeTable,
+        counters: StreamCounters,
+        partitions_known: bool,
+    ) -> None:
+        self.clock, self.log, self.processor = clock, log, processor
+        self.config, self.table, self.counters = config, table, counters
+        self.partitions_known = partitions_known
         self._partitions_after = 0.0  # an absent layout is asked for again after retry_s
 
     async def run(self, intake: Intake, shutdown: asyncio.Event) -> None:
-        config = self.engine.config
+        config = self.config
         while not shutdown.is_set():
             try:
                 worked = await self.step(intake)
@@ -50,33 +64,30 @@ class EngineLoop:
     async def step(self, intake: Intake) -> bool:
         """One turn: learn the partition count (if due), process; False when there was
         nothing to do."""
-        engine = self.engine
-        clock, retry_s = engine.clock, engine.config.retry_s
+        clock, retry_s = self.clock, self.config.retry_s
         worked = False
-        if not engine.partitions_known and clock.monotonic() >= self._partitions_after:
+        if not self.partitions_known and clock.monotonic() >= self._partitions_after:
             self._partitions_after = clock.monotonic() + retry_s
             worked = await self._learn_partitions()
         return await self._process(intake) or worked
 
     async def _learn_partitions(self) -> bool:
-        engine = self.engine
-        deadline = engine.clock.monotonic() + engine.config.read_timeout_s
-        partitions = await engine.log.partitions(deadline=deadline)
+        deadline = self.clock.monotonic() + self.config.read_timeout_s
+        partitions = await self.log.partitions(deadline=deadline)
         if partitions is None:
             return False
-        engine.table.set_partitions(partitions)
-        engine.partitions_known = True
+        self.table.set_partitions(partitions)
+        self.partitions_known = True
         return True
 
     async def _process(self, intake: Intake) -> bool:
-        engine = self.engine
         if not intake.open():
             return False
-        reads = engine.table.next_reads(engine.config.read_parallelism)
+        reads = self.table.next_reads(self.config.read_parallelism)
         if not reads:
             return False
-        deadline = engine.clock.monotonic() + engine.config.read_timeout_s
-        async with within_deadline(engine.clock, deadline, "source read"), intake.executing():
+        deadline = self.clock.monotonic() + self.config.read_timeout_s
+        async with within_deadline(self.clock, deadline, "source read"), intake.executing():
             results = await self._read_all(reads, deadline)
             return await self._apply(intake, reads, results)
 
@@ -92,10 +103,9 @@ class EngineLoop:
     async def _read_one(
         self, partition: int, offset: int, deadline: float
     ) -> Events | LaminarError:
-        engine = self.engine
         try:
-            return await engine.log.read(
-                partition, offset, engine.config.batch_events, deadline=deadline
+            return await self.log.read(
+                partition, offset, self.config.batch_events, deadline=deadline
             )
         except LaminarError as error:
             return error
@@ -107,8 +117,7 @@ class EngineLoop:
         each is applied synchronously, then the loop yields, so the control plane (renewals,
         checkpoints) runs between batches however busy the engine is; intake is re-checked
         before every batch."""
-        engine = self.engine
-        table, processor, counters = engine.table, engine.processor, engine.counters
+        table, processor, counters = self.table, self.processor, self.counters
         applied, failure = False, None
         for (partition, start), result in zip(reads, results, strict=True):
             if not intake.open():
@@ -132,7 +141,7 @@ class EngineLoop:
                 counters.events += len(keys)
                 counters.batches += 1
                 applied = True
-                await engine.clock.sleep(0)
+                await self.clock.sleep(0)
         if failure is not None:
             raise failure
         return applied

@@ -24,6 +24,13 @@ from typing import Any
 
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.store.api import ObjectStore
+from laminar_cluster.store.diagnose import (
+    StoreMisconfigured,
+    explain,
+    one_line,
+    parse_file_url,
+    redact_url,
+)
 from laminar_cluster.store.obstore_backend import ObstoreStore
 
 _CLIENT_OPTIONS = {"allow_http", "timeout", "connect_timeout", "allow_invalid_certificates"}
@@ -51,11 +58,7 @@ def open_store(url: str) -> ObjectStore:
 
 
 def _open_file(url: str, parsed: urllib.parse.SplitResult, query: dict[str, str]) -> ObjectStore:
-    if parsed.netloc not in ("", "localhost"):
-        raise InvalidArgument(f"{url}: file:// URLs name a local path (file:///abs/path)")
-    path = urllib.parse.unquote(parsed.path)
-    if not path.startswith("/") or path == "/":
-        raise InvalidArgument(f"{url}: file:// needs an absolute directory path other than /")
+    path, query = parse_file_url(url)  # strict: never another path than the one written
     unknown = set(query) - {"fsync"}
     if unknown:
         raise InvalidArgument(f"{url}: unknown file:// options {sorted(unknown)}; known: fsync")
@@ -92,7 +95,8 @@ def _open_cloud(
             retry_config=_NO_RETRIES,
         )
     except Exception as error:
-        raise InvalidArgument(f"{_redacted(url)}: cannot configure the store: {error}") from error
+        reason = explain(error, url) or one_line(error, url)
+        raise StoreMisconfigured(f"{_redacted(url)}: {reason}") from error
     return ObstoreStore(inner, url=_redacted(url))
 
 
@@ -107,10 +111,4 @@ def _boolean(url: str, name: str, value: str) -> bool:
 
 def _redacted(url: str) -> str:
     """The URL without secret query values, for messages and `ObjectStore.url`."""
-    parsed = urllib.parse.urlsplit(url)
-    pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
-    shown = [
-        (name, "***" if ("secret" in name or "token" in name or "key" in name) else value)
-        for name, value in pairs
-    ]
-    return urllib.parse.urlunsplit(parsed._replace(query=urllib.parse.urlencode(shown)))
+    return redact_url(url)

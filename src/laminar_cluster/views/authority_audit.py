@@ -1,6 +1,6 @@
 """A read-only audit of the whole leader authority log, for `laminar-cluster authority`
-(spec_leader_lease §2.1, §3.2-§3.9, §3.12, §4.1.4, §4.4.3, §4.5.5, §4.6.4, §4.7; S1-S4, S11,
-S12, S15, S19-S22).
+(LA §2.1, LA §3.2-§3.9, LA §3.12, LA §4.1.4, LA §4.4.3, LA §4.5.5, LA §4.6.4, LA §4.7;
+LA-1..LA-4, LA-11, LA-13, LA-15, LA-16, LA-17, LA-21).
 
 It never writes: the pointer and records are read directly (`load_published_head` repairs the
 pointer; the outcome audit may create the deployment identity). Every listed record is decoded
@@ -104,9 +104,9 @@ async def audit_authority(store: ObjectStore, clock: Clock) -> AuthorityAudit:
 
 
 async def _list_sequences(store: ObjectStore, audit: AuthorityAudit) -> list[int]:
-    """Canonical record sequences under the prefix, ascending; strays are problems (S21)."""
+    """Canonical record sequences under the prefix, ascending; strays are problems (LA-11)."""
     entries = await store.list(RECORDS_PREFIX)
-    if len(entries) > MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS:  # S22: audit the newest only
+    if len(entries) > MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS:  # LA-21: audit the newest only
         bound = MAX_AUTHORITY_HEAD_DISCOVERY_RECORDS
         audit.problem(RECORDS_PREFIX, f"history exceeds the {bound}-record bound (prune stuck?)")
         entries = entries[-bound:]
@@ -121,7 +121,7 @@ async def _list_sequences(store: ObjectStore, audit: AuthorityAudit) -> list[int
 
 
 async def _read_all(store: ObjectStore, sequences: list[int], audit: AuthorityAudit) -> None:
-    """Read, decode and validate every listed record (S1, S21) in READ_LANES lanes. A record
+    """Read, decode and validate every listed record (LA-1, LA-11) in READ_LANES lanes. A record
     that vanished since the LIST was pruned meanwhile and is skipped."""
 
     async def lane(part: list[int]) -> list[tuple[int, LeaderAuthorityRecord | CorruptRecord]]:
@@ -148,7 +148,7 @@ async def _read_all(store: ObjectStore, sequences: list[int], audit: AuthorityAu
 
 def _locate_head(audit: AuthorityAudit, pointer: int | None, listed: list[int]) -> None:
     """The head is the pointer's record, or its successor while a publication is pending; the
-    pointer lags by at most one record and never names a missing one (S2, S3)."""
+    pointer lags by at most one record and never names a missing one (LA-2, LA-3)."""
     if pointer is None:
         if listed:
             audit.head_sequence = listed[-1]
@@ -182,15 +182,15 @@ def _check_progression(
     key = record_path(newer.lease.seq)
     a, b = older.lease, newer.lease
     span = f"sequence {a.seq} -> {b.seq}"
-    if b.token < a.token:  # S4: tokens never decrease
+    if b.token < a.token:  # LA-4: tokens never decrease
         audit.problem(key, f"fencing token regresses from {a.token} to {b.token} ({span})")
-    elif b.token == a.token and b.owner != a.owner:  # S4: one token, one owner term
+    elif b.token == a.token and b.owner != a.owner:  # LA-4: one token, one owner term
         audit.problem(key, f"fencing token {b.token} names two owners ({span})")
     elif b.token > a.token and b.renewal_sequence <= a.renewal_sequence:
         audit.problem(key, f"fencing token advanced without a liveness renewal ({span})")
     if b.renewal_sequence < a.renewal_sequence:
         audit.problem(key, f"renewal sequence regresses ({span})")
-    if a.catalog_manifest is not None and b.catalog_manifest != a.catalog_manifest:  # S20
+    if a.catalog_manifest is not None and b.catalog_manifest != a.catalog_manifest:  # LA-17
         audit.problem(key, f"catalog manifest seal changed or vanished ({span})")
     if older.recovery_fault_revision > newer.recovery_fault_revision:
         audit.problem(key, f"recovery fault revision regresses ({span})")
@@ -200,7 +200,7 @@ def _check_progression(
         or nf.authority_before_epoch < of.authority_before_epoch
         or nf.artifact_before_epoch < of.artifact_before_epoch
     ):
-        audit.problem(key, f"outcome floor moves back ({span})")  # §4.4.8
+        audit.problem(key, f"outcome floor moves back ({span})")  # LA §4.4.8
     af, naf = older.assignment_decision_floor, newer.assignment_decision_floor
     if af is not None and (naf is None or naf.before_target_version < af.before_target_version):
         audit.problem(key, f"assignment-decision floor moves back ({span})")
@@ -208,7 +208,7 @@ def _check_progression(
     if ar is not None and (
         nr is None or nr.terminal.release.generation < ar.terminal.release.generation
     ):
-        audit.problem(key, f"recovery release generation regresses ({span})")  # S19
+        audit.problem(key, f"recovery release generation regresses ({span})")  # LA-16
 
 
 def _admits_outcome(record: LeaderAuthorityRecord, link: OutcomeLink) -> bool:
@@ -250,7 +250,7 @@ def _admits_release(record: LeaderAuthorityRecord, link: RecoveryReleaseLink) ->
 
 def _check_links(audit: AuthorityAudit, record: LeaderAuthorityRecord) -> None:
     """Every link of `record` whose target record is still present names exactly what that
-    record admitted (S11, S12, S15: a pruned target is only ever compared, never needed)."""
+    record admitted (LA-13, LA-15: a pruned target is only ever compared, never needed)."""
     key = record_path(record.lease.seq)
     _check_link(audit, key, "previous_outcome", record.previous_outcome, _admits_outcome)
     _check_link(audit, key, "outcome_head", record.outcome_head, _admits_outcome)
@@ -281,7 +281,7 @@ def _check_link(
 def _walk_live_chains(audit: AuthorityAudit, head: LeaderAuthorityRecord) -> None:
     """The live terminal, Commit and assignment-decision chains from the head: every live link's
     record is present and admits it, and each chain leaves at exactly its floor's anchor link
-    (§4.4.3 steps 1-3, §4.5.5; S12, S15). Each walk is bounded (S22)."""
+    (LA §4.4.3 steps 1-3, LA §4.5.5; LA-13, LA-15). Each walk is bounded (LA-21)."""
     floor, decision_floor = head.outcome_floor, head.assignment_decision_floor
     terminal = (
         (0, None) if floor is None else (floor.authority_before_epoch, floor.terminal_anchor_link)
@@ -371,8 +371,8 @@ async def _check_release_and_catalog(
     audit: AuthorityAudit, authority: LeaderLeaseStore, head: LeaderAuthorityRecord
 ) -> None:
     """The latest release admission is present and matches its link, and its terminal blob
-    loads (revalidated) with the admission's proof (S19, S21); the sealed catalog blob loads
-    and matches its reference (S20)."""
+    loads (revalidated) with the admission's proof (LA-16, LA-11); the sealed catalog blob loads
+    and matches its reference (LA-17)."""
     link = head.recovery_release_head
     if link is not None:
         key = record_path(link.sequence)

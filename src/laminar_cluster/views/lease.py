@@ -8,12 +8,13 @@ from typing import Any
 
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import CorruptRecord, StoreUnavailable
-from laminar_cluster.lease.limits import MAX_LEASE_HEAD_READ_ATTEMPTS
+from laminar_cluster.lease.limits import DEFAULT_TTL_S, MAX_LEASE_HEAD_READ_ATTEMPTS
 from laminar_cluster.lease.log import discover_head, read_pointer, read_record
 from laminar_cluster.lease.paths import HEAD_PATH, record_path
 from laminar_cluster.lease.records import AssignmentDrainDecision, LeaderAuthorityRecord
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.authority_audit import AuthorityAudit, Problem, audit_authority
+from laminar_cluster.views.members import member_row, read_member
 
 DIAGNOSTIC: str = (
     "diagnostic only, by this machine's wall clock: a rival takes over after observing the "
@@ -34,22 +35,53 @@ class LeaseView:
         return not self.problems
 
 
-async def view_lease(store: ObjectStore, clock: Clock) -> LeaseView:
-    """The published head as a reader would find it, without repairing anything."""
+DOWN = ("dead", "left")
+
+
+def leader_liveness(leader: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the head's leader is live, by the views' rule: its head record is no older
+    than the lease ttl (the ttl of the leader's process lease, which `node --ttl` sets for
+    both; `DEFAULT_TTL_S` without one), and its node, same boot, is not dead or left
+    (`views.members`). A diagnostic like every age here: a rival takes over only after a full
+    ttl unchanged on its own monotonic clock. Returns `live`, `why` (None when live) and
+    `ttl_ms`."""
+    member = next((m for m in members if m["node"] == leader["node"]), None)
+    ttl_ms = member["ttl_ms"] if member is not None else round(DEFAULT_TTL_S * 1000)
+    age_ms = leader["record_age_ms"]
+    why: str | None = None
+    if age_ms > ttl_ms:
+        why = f"the head record is older than the lease ttl of {ttl_ms / 1000:g} s"
+    elif member is not None and member["boot"] == leader["boot"] and member["state"] in DOWN:
+        why = f"its node is {member['state']}"
+    return {"live": why is None, "why": why, "ttl_ms": ttl_ms}
+
+
+async def view_lease(store: ObjectStore, clock: Clock, *, judge: bool = True) -> LeaseView:
+    """The published head as a reader would find it, without repairing anything, with the
+    liveness of its leader (`leader_liveness`, from the leader's process lease; unless not
+    `judge`: a caller that reads the members judges it, without this extra read)."""
     view = LeaseView(store=store.url)
     try:
         record = await _read_head(store, view)
         if record is not None:
             meta = await store.head(record_path(record.lease.seq))
-            view.head = _lease_row(record, clock.wall_ms(), meta.last_modified_ms)
+            now_ms = clock.wall_ms()
+            view.head = _lease_row(record, now_ms, meta.last_modified_ms)
+            if not judge:
+                return view
+            node = record.lease.owner.node
+            found = await read_member(store, node, now_ms)
+            members = [] if found is None else [member_row(node, *found)]
+            leader = {"node": node, "boot": record.lease.owner.boot, **view.head}
+            view.head.update(leader_liveness(leader, members))
     except CorruptRecord as error:
         view.problems.append(Problem(object=error.key or HEAD_PATH, error=str(error)))
     return view
 
 
 async def _read_head(store: ObjectStore, view: LeaseView) -> LeaderAuthorityRecord | None:
-    """§4.1.4 read-only: the pointer's record, or its successor while a publication is pending
-    (S3); with no pointer, the discovered head (§4.1.5). A pointer that moves meanwhile is
+    """LA §4.1.4 read-only: the pointer's record, or its successor while a publication is pending
+    (LA-3); with no pointer, the discovered head (LA §4.1.5). A pointer that moves meanwhile is
     re-read, at most MAX_LEASE_HEAD_READ_ATTEMPTS times."""
     for _ in range(MAX_LEASE_HEAD_READ_ATTEMPTS):
         pointer = await read_pointer(store)

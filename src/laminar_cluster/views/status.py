@@ -1,120 +1,88 @@
 """What `laminar-cluster status` shows, read from the store and never written (issue 7 "the
-views"; upstream_context §1.3, §1.7-§1.10; spec_leader_lease §4.1.4; spec_rebalance §2.11).
+views", issue 17 "Truthful views"; ML §1.3, DC §1.7-§1.10, LA §4.1.4, AS §2.11).
 
 `StatusReader.read` gathers five sections, each on its own so one bad object hides only its
 own section (the problem names the object):
 
 * leader: the authority head as `laminar-cluster lease` reads it (no pointer repair): owner,
-  fencing token, sequence;
-* members: one `Discovery` poll. A one-shot status sees each node's announced state; the
-  reader keeps its `Discovery`, so `--watch` also sees `suspected` and `dead` once a node's
-  liveness identity stays unchanged for half or all of its ttl on this clock (ML-4);
-* assignment: the head version of the snapshot store (the §2.11 overlay of `load_effective`),
+  fencing token, sequence, and whether it is live (`views.lease.leader_liveness`: a head
+  record older than the lease ttl, or a leader whose node is dead or left, is no live leader);
+* members: every process lease with its state judged from the age of its last renewal
+  (`views.members`: a record older than its ttl that never left is `dead`, as is one a leader
+  took over). The reader also keeps a `Discovery`, so `--watch` sees `suspected` and `dead`
+  once a node's liveness identity stays unchanged for half or all of its ttl on this clock
+  (ML-4) even when the store's clock disagrees with this one;
+* assignment: the head version of the snapshot store (the AS §2.11 overlay of `load_effective`),
   draining or committed, vnodes per node;
 * last committed cluster checkpoint: the head's Commit link (or the floor's committed anchor
-  when compacted), its age by the admitting record's last-modified time, and its recovery
-  capsule (checkpoint `DecisionStore.load_recovery_capsule`);
-* source lag: per event-log partition, the log's end offset minus the committed offset in that
-  capsule's `source_offsets` (0 when the capsule has none); unknown without an event log.
+  when compacted), its age by the admitting record's last-modified time, and its references
+  checked once per Commit (`views.references`: deployment, recovery capsule; a one-shot
+  `status` also the participant manifests, a watch or the console only the capsule: they
+  refresh every second or two and each request counts);
+* source lag (`views.status_lag`).
 
-Read-only by construction: every request goes through `ReadOnlyStore`, which refuses writes
-(`NotSupported`), so no path below (a head repair, a deployment identity create) can write.
+`check()` is `status --check`: None when a live leader holds a cluster without problems, else
+why not. Read-only by construction: every request goes through `ReadOnlyStore`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import vnodes_per_node
 from laminar_cluster.assignment.snapshot_io import inventory, load_effective
 from laminar_cluster.authority.outcome_audit import read_linked_outcome
-from laminar_cluster.checkpoint import DecisionStore
-from laminar_cluster.checkpoint.limits import MAX_IDENTITY_BYTES
-from laminar_cluster.checkpoint.paths import IDENTITY_PATH
-from laminar_cluster.checkpoint.reader import read_bytes
 from laminar_cluster.checkpoint.records import (
     CheckpointOutcome,
     ClusterRecoveryCapsule,
     DeploymentIdentity,
 )
 from laminar_cluster.clock import Clock, within_deadline
-from laminar_cluster.codec import decode
-from laminar_cluster.errors import (
-    CorruptRecord,
-    LaminarError,
-    NotSupported,
-    StoreError,
-)
+from laminar_cluster.codec import encode
+from laminar_cluster.errors import CorruptRecord, LaminarError, StoreError
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.limits import DEFAULT_TTL_S
 from laminar_cluster.lease.log import read_record
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
-from laminar_cluster.membership.discovery import Discovery, Member
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_batches import (
-    EVENT_LOG_PARTITIONS_MAX,
-    EVENTS_PREFIX,
-    partition_prefix,
+from laminar_cluster.membership.discovery import Discovery, Member, ObservedState
+from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.lease import leader_liveness, view_lease
+from laminar_cluster.views.members import member_row
+from laminar_cluster.views.read_only import ReadOnlyStore
+from laminar_cluster.views.references import ReferenceCheck
+from laminar_cluster.views.status_lag import (
+    LAG_UNKNOWN_NOTE,
+    EndOffsets,
+    EventLogOpener,
+    event_log_opener,
+    listed_partitions,
+    source_lag,
 )
-from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
-from laminar_cluster.views.lease import view_lease
+
+__all__ = [
+    "LAG_UNKNOWN_NOTE",
+    "STATUS_TIMEOUT_S",
+    "EndOffsets",
+    "EventLogOpener",
+    "ReadOnlyStore",
+    "StatusReader",
+    "StatusView",
+    "event_log_opener",
+    "listed_partitions",
+    "status_once",
+]
 
 STATUS_TIMEOUT_S: Final = 30.0
-LAG_UNKNOWN_NOTE: Final = "source lag unknown: this reader has no event log"
 T = TypeVar("T")
-PARTITIONS_PREFIX: Final = f"{EVENTS_PREFIX}partition="  # the start of every `partition_prefix`
-PAST_PARTITION_KEYS: Final = "~"  # sorts after every `offset=...` name inside a partition
-LAG_PARTITIONS_LISTED_MAX: Final = 4_096
 MEMBERS_NOTE: Final = (
-    "states as announced; suspected and dead need a node watched unchanged for a ttl (--watch)"
+    "dead and suspected come from each lease's renewal age by this machine's clock; a watch "
+    "(--watch) also sees them on its own clock, as peers do"
 )
-
-
-class EndOffsets(Protocol):
-    """The event log as the lag needs it (runtime.eventlog.EventLog satisfies it):
-    `partitions` is the declared partition count (None when undeclared)."""
-
-    async def partitions(self, *, deadline: float) -> int | None: ...
-
-    async def end_offset(self, partition: int, *, deadline: float) -> int: ...
-
-
-EventLogOpener = Callable[[ObjectStore], EndOffsets]
-
-
-class ReadOnlyStore(ObjectStore):
-    """`inner` for reads; every write is refused before it reaches the store."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
-    async def get(self, key: str, *, end: int | None = None) -> GetResult:
-        return await self.inner.get(key, end=end)
-
-    async def head(self, key: str) -> ObjectMeta:
-        return await self.inner.head(key)
-
-    async def list(
-        self, prefix: str, *, offset: str | None = None, limit: int | None = None
-    ) -> list[ObjectMeta]:
-        return await self.inner.list(prefix, offset=offset, limit=limit)
-
-    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
-        raise NotSupported(f"{key}: status is read-only; refused a put", key=key)
-
-    async def delete(self, key: str) -> None:
-        raise NotSupported(f"{key}: status is read-only; refused a delete", key=key)
-
-    async def close(self) -> None:
-        await self.inner.close()
+_OBSERVED_WORSE: Final = frozenset({ObservedState.SUSPECTED.value, ObservedState.DEAD.value})
 
 
 @dataclass
@@ -133,11 +101,28 @@ class StatusView:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def live_leader(self) -> bool:
+        return self.leader is not None and bool(self.leader.get("live"))
+
+    def check(self) -> str | None:
+        """`status --check`: why the cluster is not held by a live leader without problems
+        (one line), or None."""
+        if self.problems:
+            first = self.problems[0]
+            return f"{len(self.problems)} problem(s); first: {first['object'] or first['section']}"
+        if self.leader is None:
+            return "no leader: nothing holds the leader authority of this store"
+        if not self.live_leader:
+            return leader_text(self.leader)
+        return None
+
     def as_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "store": self.store,
             "observed_at_ms": self.observed_at_ms,
+            "live_leader": self.live_leader,
             "leader": self.leader,
             "members": self.members,
             "assignment": self.assignment,
@@ -148,13 +133,35 @@ class StatusView:
         }
 
 
+def leader_text(leader: dict[str, Any]) -> str:
+    """`node 1  token 3  (renewed 0.4 s ago)`, or `no live leader (last: node 2, token 2,
+    renewed 40 s ago)` with why."""
+    age_s = leader["record_age_ms"] / 1000
+    if leader.get("live"):
+        return f"node {leader['node']}  token {leader['token']}  (renewed {age_s:.1f} s ago)"
+    return (
+        f"no live leader (last: node {leader['node']}, token {leader['token']}, renewed "
+        f"{age_s:.0f} s ago; {leader['why']})"
+    )
+
+
 class StatusReader:
     """Reads `StatusView`s of one store; keep one per watch (its `Discovery` remembers)."""
 
     def __init__(
-        self, store: ObjectStore, clock: Clock, event_log: EventLogOpener | None = None
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        event_log: EventLogOpener | None = None,
+        *,
+        deep: bool = False,
     ) -> None:
         self.store: ObjectStore = ReadOnlyStore(store)
+        self.deep = deep  # also check the newest Commit's participant manifests
+        # Commits whose references checked out (immutable: each is checked once), and the
+        # deployment identity's id and mode (they never change once created).
+        self._checked: dict[str, ClusterRecoveryCapsule] = {}
+        self._identity: DeploymentIdentity | None = None
         self.clock = clock
         self.discovery = Discovery(self.store, clock)
         self.event_log = None if event_log is None else event_log(self.store)
@@ -177,6 +184,8 @@ class StatusReader:
             )
         await self._guarded(view, "lag", timeout_s, lambda d: self._lag(view, capsule, d))
         _join_vnodes(view)
+        if view.leader is not None:
+            view.leader.update(leader_liveness(view.leader, view.members))
         return view
 
     async def _guarded(
@@ -194,13 +203,14 @@ class StatusReader:
                 return await work(deadline)
         except LaminarError as error:
             key = error.key if isinstance(error, CorruptRecord | StoreError) else None
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             view.problems.append(
-                {"section": section, "object": key, "error": f"{type(error).__name__}: {error}"}
+                {"section": section, "object": key, "error": f"{type(error).__name__}: {first}"}
             )
             return None
 
     async def _leader(self, view: StatusView) -> LeaderAuthorityRecord | None:
-        lease = await view_lease(self.store, self.clock)
+        lease = await view_lease(self.store, self.clock, judge=False)  # judged after members
         view.notes.extend(lease.notes)
         view.problems.extend(
             {"section": "leader", "object": p.object, "error": p.error} for p in lease.problems
@@ -221,23 +231,24 @@ class StatusReader:
         return await read_record(self.store, row["sequence"])
 
     async def _members(self, view: StatusView, deadline: float) -> None:
+        """The members by their records' ages (`views.members`, from the listing's
+        last-modified times: no request beyond the poll); this observer's own view wins when
+        it saw a node suspected or dead that the ages do not show (clocks that disagree)."""
         polled = await self.discovery.poll(deadline=deadline)
         self.last_members = polled.members
         view.problems.extend(
             {"section": "members", "object": None, "error": problem} for problem in polled.problems
         )
-        view.members = [
-            {
-                "node": member.node,
-                "state": member.state.value,
-                "announced": member.record.state.value,
-                "term": member.term,
-                "boot": member.boot,
-                "failure_domain": member.record.failure_domain,
-                "unchanged_s": round(member.unchanged_s, 3),
-            }
-            for member in polled.members
-        ]
+        rows = []
+        for member in polled.members:
+            age_ms = view.observed_at_ms - member.modified_ms
+            row = member_row(member.node, member.record, age_ms)
+            if member.state.value in _OBSERVED_WORSE and row["state"] not in ("dead", "left"):
+                row["state"] = member.state.value
+                row["why"] = f"unchanged for {member.unchanged_s:.1f} s on this observer's clock"
+            row["unchanged_s"] = round(member.unchanged_s, 3)
+            rows.append(row)
+        view.members = rows
 
     async def _assignment(self, view: StatusView) -> None:
         versions = await inventory(self.store)
@@ -266,7 +277,7 @@ class StatusReader:
         self, view: StatusView, head: LeaderAuthorityRecord
     ) -> ClusterRecoveryCapsule | None:
         """The greatest live Commit (the head's Commit chain head, else the floor's committed
-        anchor) and its capsule."""
+        anchor) with its references checked, and its capsule."""
         authority = LeaderLeaseStore(self.store, clock=self.clock, ttl_s=DEFAULT_TTL_S)
         link = head.commit_head
         age_ms: int | None = None
@@ -275,98 +286,54 @@ class StatusReader:
             _, outcome = await read_linked_outcome(authority, records, link, commit_chain=True)
             meta = await self.store.head(record_path(link.sequence))
             age_ms = view.observed_at_ms - meta.last_modified_ms
+            where = record_path(link.sequence)
         elif head.outcome_floor is not None and head.outcome_floor.committed_anchor is not None:
             outcome = head.outcome_floor.committed_anchor
             view.notes.append("the last commit is the compacted anchor of the outcome floor")
+            where = record_path(head.lease.seq)
         else:
             return None
-        capsule = await self._capsule(outcome)
-        view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
+        capsule = await self._checked_capsule(view, outcome, where)
+        if capsule is not None:
+            view.checkpoint = _checkpoint_row(outcome, capsule, age_ms)
+        return capsule
+
+    async def _checked_capsule(
+        self, view: StatusView, outcome: CheckpointOutcome, where: str
+    ) -> ClusterRecoveryCapsule | None:
+        """The Commit's capsule with its references checked (`views.references`), once per
+        Commit for this reader."""
+        key = f"{where} {encode(outcome).hex()}"
+        capsule = self._checked.get(key)
+        if capsule is not None:
+            return capsule
+        check = await ReferenceCheck.open(self.store, self.clock, identity=self._identity)
+        capsule = await check.outcome(outcome, where, manifests=self.deep)
+        view.problems.extend(
+            {"section": "checkpoint", "object": p.object, "error": p.error} for p in check.problems
+        )
+        if capsule is not None:
+            self._identity = check.identity
+            self._checked = {key: capsule}  # only the newest is asked for again
         return capsule
 
     async def capsule_of(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
-        """The recovery capsule of a Commit, checked against it (CorruptRecord otherwise)."""
-        return await self._capsule(outcome)
-
-    async def _capsule(self, outcome: CheckpointOutcome) -> ClusterRecoveryCapsule:
-        ref = outcome.recovery_capsule
+        """The recovery capsule of a Commit, its references checked (`views.references`);
+        CorruptRecord naming the first wrong object otherwise."""
+        check = await ReferenceCheck.open(self.store, self.clock, identity=self._identity)
         where = f"cluster Commit epoch {outcome.epoch}"
-        if ref is None:
-            raise CorruptRecord(f"{where} has no recovery capsule")
-        read = await read_bytes(
-            self.store, IDENTITY_PATH, what="deployment identity", max_bytes=MAX_IDENTITY_BYTES
-        )
-        if read is None:
-            raise CorruptRecord(f"{IDENTITY_PATH}: absent, yet {where} exists", key=IDENTITY_PATH)
-        identity = decode(
-            read[0], DeploymentIdentity, key=IDENTITY_PATH, max_bytes=MAX_IDENTITY_BYTES
-        )
-        decisions = DecisionStore(self.store, clock=self.clock, mode=identity.allocator_mode)
-        capsule = await decisions.load_recovery_capsule(ref)
-        if capsule.attempt != outcome.attempt or capsule.assignment_fence != (
-            outcome.assignment_fence
-        ):
-            raise CorruptRecord(f"{where} does not match its recovery capsule")
+        capsule = await check.outcome(outcome, where)
+        if capsule is None:
+            first = check.problems[0] if check.problems else None
+            key = None if first is None else first.object
+            error = f"{where}: no recovery capsule" if first is None else first.error
+            raise CorruptRecord(f"{key}: {error}" if key else error, key=key)
         return capsule
 
     async def _lag(
         self, view: StatusView, capsule: ClusterRecoveryCapsule | None, deadline: float
     ) -> None:
-        log = self.event_log
-        if log is None:
-            view.lag = {"known": False, "total": None, "partitions": [], "note": LAG_UNKNOWN_NOTE}
-            return
-        committed = {} if capsule is None else capsule.source_offsets
-        rows = []
-        for partition in await self._partitions(log, view, deadline):
-            end = await log.end_offset(partition, deadline=deadline)
-            done = committed.get(str(partition), 0)
-            rows.append(
-                {
-                    "partition": partition,
-                    "end_offset": end,
-                    "committed_offset": done,
-                    "lag": max(0, end - done),
-                }
-            )
-        view.lag = {
-            "known": True,
-            "total": sum(row["lag"] for row in rows),
-            "partitions": rows,
-            "note": "end offset minus the last committed checkpoint's offset, per partition",
-        }
-
-    async def _partitions(self, log: EndOffsets, view: StatusView, deadline: float) -> list[int]:
-        """The declared partitions, else those with a batch under `events/`."""
-        declared = await log.partitions(deadline=deadline)
-        if declared is not None:
-            return list(range(declared))
-        listed = await listed_partitions(self.store, limit=LAG_PARTITIONS_LISTED_MAX)
-        if len(listed) > LAG_PARTITIONS_LISTED_MAX:
-            view.notes.append(
-                f"source lag covers the first {LAG_PARTITIONS_LISTED_MAX} partitions listed"
-            )
-        return listed[:LAG_PARTITIONS_LISTED_MAX]
-
-
-async def listed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
-    """The partitions holding at least one batch, ascending, at most `limit` + 1 of them: one
-    single-key LIST per partition, each starting after the previous partition's keys."""
-    found: list[int] = []
-    after: str | None = None
-    for _ in range(limit + 1):
-        metas = await store.list(PARTITIONS_PREFIX, offset=after, limit=1)
-        if not metas:
-            break
-        key = metas[0].key
-        digits = key[len(PARTITIONS_PREFIX) :].split("/", 1)[0]
-        partition = int(digits) if digits.isdigit() else -1
-        canonical = 0 <= partition < EVENT_LOG_PARTITIONS_MAX  # then the prefix re-formats
-        if not canonical or not key.startswith(partition_prefix(partition)):
-            raise CorruptRecord(f"{key}: not under an event log partition", key=key)
-        found.append(partition)
-        after = partition_prefix(partition) + PAST_PARTITION_KEYS
-    return found
+        view.lag = await source_lag(self.store, self.event_log, capsule, view.notes, deadline)
 
 
 def _checkpoint_row(
@@ -391,19 +358,11 @@ def _join_vnodes(view: StatusView) -> None:
         member["vnodes"] = per_node.get(str(member["node"]), 0)
 
 
-def event_log_opener(clock: Clock) -> EventLogOpener:
-    """The event log behind the lag column (runtime.eventlog), on the status clock."""
-
-    def open_log(store: ObjectStore) -> EndOffsets:
-        return EventLog(store, clock=clock)
-
-    return open_log
-
-
 async def status_once(
     store: ObjectStore, clock: Clock, *, timeout_s: float = STATUS_TIMEOUT_S
 ) -> StatusView:
     """One status view of `store` (tests call it on a store they built)."""
-    view = await StatusReader(store, clock, event_log_opener(clock)).read(timeout_s=timeout_s)
+    reader = StatusReader(store, clock, event_log_opener(clock), deep=True)
+    view = await reader.read(timeout_s=timeout_s)
     view.notes.append(MEMBERS_NOTE)
     return view

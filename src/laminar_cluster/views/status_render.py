@@ -1,5 +1,9 @@
 """The status view rendered for people: a summary, the members, and the most lagging source
-partitions, as rich renderables (`laminar-cluster status` and the demo's live display)."""
+partitions, as rich renderables (`laminar-cluster status` and the demo's live display). Values
+never break mid-value: `views.output.show` widens past 80 columns when needed; a live display
+cannot widen, so `compact` shows each boot by its first 8 characters (like a short commit id)
+to keep the members table within 80 columns. Why a member is dead or suspected is a line
+under the table."""
 
 from __future__ import annotations
 
@@ -9,14 +13,25 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from laminar_cluster.views.status import (
-    StatusView,
-)
+from laminar_cluster.views.members import LIVE_STATES
+from laminar_cluster.views.output import cell, table
+from laminar_cluster.views.status import StatusView, leader_text
+
+LAG_PARTITION_ROWS_MAX: Final = 16  # the table shows the most lagging ones; JSON shows all
 
 
-def render(view: StatusView, *, footer: str | None = None) -> RenderableType:
-    """The view for people: a summary, the members table, the lag table, notes, problems."""
-    parts: list[RenderableType] = [_summary(view), _members(view)]
+BOOT_SHORT_CHARS: Final = 8
+
+
+def render(view: StatusView, *, footer: str | None = None, compact: bool = False) -> RenderableType:
+    """The view for people: a summary, the members table (and why a member is dead or
+    suspected), the lag table, notes, problems."""
+    parts: list[RenderableType] = [_summary(view), _members(view, compact)]
+    parts.extend(
+        Text(f"node {m['node']} {m['state']}: {m['why']}", style="red")
+        for m in view.members
+        if m.get("why")
+    )
     lag = _lag(view)
     if lag is not None:
         parts.append(lag)
@@ -30,23 +45,20 @@ def render(view: StatusView, *, footer: str | None = None) -> RenderableType:
 
 
 def _summary(view: StatusView) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("store", view.store)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()  # folds at word boundaries when the console cannot widen
+    grid.add_row("store", Text(view.store))
     leader = view.leader
-    table.add_row(
-        "leader",
-        "none"
-        if leader is None
-        else f"node {leader['node']}  token {leader['token']}  (head record age "
-        f"{leader['record_age_ms'] / 1000:.1f} s)",
-    )
-    table.add_row("assignment", _assignment_text(view.assignment))
-    table.add_row("checkpoint", _checkpoint_text(view.checkpoint))
+    if leader is None:
+        grid.add_row("leader", "none")
+    else:
+        grid.add_row("leader", Text(leader_text(leader), style="" if view.live_leader else "red"))
+    grid.add_row("assignment", _assignment_text(view.assignment))
+    grid.add_row("checkpoint", _checkpoint_text(view.checkpoint))
     lag = view.lag
-    table.add_row("source lag", "unknown" if not lag.get("known") else f"{lag['total']:,} events")
-    return table
+    grid.add_row("source lag", "unknown" if not lag.get("known") else f"{lag['total']:,} events")
+    return grid
 
 
 def _assignment_text(assignment: dict[str, Any] | None) -> str:
@@ -75,23 +87,32 @@ def _checkpoint_text(checkpoint: dict[str, Any] | None) -> str:
     )
 
 
-def _members(view: StatusView) -> RenderableType:
+def _state_style(state: str) -> str:
+    if state == "active":
+        return "green"
+    if state in LIVE_STATES:
+        return "yellow"
+    return "dim" if state == "left" else "red"
+
+
+def _members(view: StatusView, compact: bool) -> RenderableType:
     if not view.members:
         return Text("no members")
-    table = Table("node", "state", "term", "vnodes", "boot", "failure domain", title="members")
+    rows = table("node", "state", "term", "vnodes", "renewed", "boot", title="members")
     for member in view.members:
         state = member["state"]
-        style = "green" if state == "active" else "yellow" if state != "left" else "dim"
-        leader = view.leader is not None and view.leader["node"] == member["node"]
-        table.add_row(
-            f"{member['node']}{' *' if leader else ''}",
-            Text(state, style=style),
-            str(member["term"]),
-            str(member["vnodes"]),
-            member["boot"],
-            member["failure_domain"] or "",
+        leader = (
+            view.live_leader and view.leader is not None and view.leader["node"] == member["node"]
         )
-    return table
+        rows.add_row(
+            f"{member['node']}{' *' if leader else ''}",
+            Text(state, style=_state_style(state)),
+            cell(member["term"]),
+            cell(member.get("vnodes", 0)),
+            f"{member['last_renewal_age_ms'] / 1000:.1f} s ago",
+            member["boot"][:BOOT_SHORT_CHARS] if compact else member["boot"],
+        )
+    return rows
 
 
 def _lag(view: StatusView) -> Table | None:
@@ -100,15 +121,12 @@ def _lag(view: StatusView) -> Table | None:
         return None
     worst = sorted(rows, key=lambda row: (-row["lag"], row["partition"]))[:LAG_PARTITION_ROWS_MAX]
     shown = "" if len(worst) == len(rows) else f" (the {len(worst)} most behind of {len(rows)})"
-    table = Table("partition", "end", "committed", "lag", title=f"source lag{shown}")
+    lag = table("partition", "end", "committed", "lag", title=f"source lag{shown}")
     for row in worst:
-        table.add_row(
+        lag.add_row(
             str(row["partition"]),
             f"{row['end_offset']:,}",
             f"{row['committed_offset']:,}",
             f"{row['lag']:,}",
         )
-    return table
-
-
-LAG_PARTITION_ROWS_MAX: Final = 16  # the table shows the most lagging ones; JSON shows all
+    return lag

@@ -1,5 +1,5 @@
-"""The owner certificate (spec_rebalance §4.12): exact reports from every participant, and
-the stronger vnode-state readiness (§2.7). T24 and the async shell."""
+"""The owner certificate (RB §4.12): exact reports from every participant, and
+the stronger vnode-state readiness (RB §2.7). RB-T24 and the async shell."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def report(
     )
 
 
-def test_t24_fence_requires_exact_reports() -> None:
+def test_rb_t24_fence_requires_exact_reports() -> None:
     roster = (P1, P2)
     exact = [report(P1), report(P2)]
     # Exact reports for p1 and p2: a fence, and semantically ready.

@@ -1,4 +1,4 @@
-"""`StoreClusterController` (spec_rebalance §6.3, §9): identity, membership, process fencing,
+"""`StoreClusterController` (RB §6.3, RB §9): identity, membership, process fencing,
 quarantine, leadership, recovery mode and the in-memory fence slot, over memory:// and file://.
 The durable slots and the drain-ack quorum are in test_controller_slots.py."""
 
@@ -136,7 +136,7 @@ def test_members_watch_moves_only_on_signature_changes(store: ObjectStore) -> No
             await controller.refresh_members(deadline=cluster.deadline())
         assert waiter.result() == 2 == watch.version()
         assert watch.current()[-1].node_id == 4 and watch.current()[-1].state == "joining"
-        # A view without this node itself is refused and publishes nothing (§9).
+        # A view without this node itself is refused and publishes nothing (RB §9).
         await store.delete(node_lease_path(1))
         with raises_because(Refused, Refusal.SELF_NOT_A_MEMBER):
             await controller.refresh_members(deadline=cluster.deadline())

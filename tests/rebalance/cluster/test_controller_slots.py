@@ -1,4 +1,4 @@
-"""`StoreClusterController`'s slots (spec_rebalance §6.3, §2.7, §4.6): the in-memory drain
+"""`StoreClusterController`'s slots (RB §6.3, RB §2.7, RB §4.6): the in-memory drain
 transition slot, the durable adoption reports with the owner certificate, and the durable
 drain acks with every refusal of `announce_drain_ack` and every bullet of the ack quorum, over
 memory:// and file://."""
@@ -160,7 +160,7 @@ def test_drain_ack_happy_path_and_quorum(store: ObjectStore) -> None:
     asyncio.run(main())
 
 
-def test_drain_ack_refusals(store: ObjectStore) -> None:
+def test_rb9_drain_ack_refusals(store: ObjectStore) -> None:
     async def main() -> None:
         cluster = await started(store)
         transition = await draining_v2(cluster)
@@ -206,7 +206,7 @@ def test_drain_ack_refused_for_a_stale_or_dead_process(store: ObjectStore) -> No
     asyncio.run(main())
 
 
-def test_quorum_is_broken_by_a_restart(store: ObjectStore) -> None:
+def test_rb9_quorum_is_broken_by_a_restart(store: ObjectStore) -> None:
     async def main() -> None:
         cluster = await started(store)
         transition = await draining_v2(cluster)
@@ -259,6 +259,42 @@ def test_quorum_needs_the_leader_term_that_opened_the_drain(store: ObjectStore) 
         assert await quorum(cluster, transition)
         new_proof: LeaderProof = await cluster.elect(2)  # a takeover by node 2
         assert new_proof != transition.leader
+        assert not await quorum(cluster, transition)
+
+    asyncio.run(main())
+
+
+def test_rb9_ack_quorum_is_exactly_the_predecessor_roster(store: ObjectStore) -> None:
+    """Predecessor {1, 2}, target {1, 2, 3}: the joiner can never ack and is never needed (a
+    durable ack of it changes nothing); the acks of 1 and 2 make the quorum; node 2's restart
+    breaks it although its ack stays durable, and the new boot cannot ack in the old boot's
+    place."""
+
+    async def main() -> None:
+        cluster = await started(store)
+        transition = await draining_v2(cluster)
+        joiner = cluster.controller(3)
+        joiner.publish_checkpoint_drain_transition(transition)
+        with raises_because(Refused, Refusal.NOT_A_PREDECESSOR_PARTICIPANT):
+            await joiner.announce_drain_ack(transition, deadline=cluster.deadline())
+        await ack(cluster, 1, transition)
+        assert not await quorum(cluster, transition)
+        await ack(cluster, 2, transition)
+        assert await quorum(cluster, transition)
+        stray = DrainAck(version=1, participant=cluster.node(3).participant, transition=transition)
+        await write_process_slot(store, cluster.clock, stray, deadline=cluster.deadline())
+        assert await quorum(cluster, transition)  # a joiner's ack changes nothing
+
+        old = cluster.node(2).participant
+        await cluster.restart(2)
+        await cluster.refresh()
+        acks = await read_drain_acks(store, cluster.clock, deadline=cluster.deadline())
+        assert old in [a.participant for a in acks]  # still durable, no longer counted
+        assert not await quorum(cluster, transition)
+        replacement = cluster.controller(2)
+        replacement.publish_checkpoint_drain_transition(transition)
+        with raises_because(Refused, Refusal.NOT_A_PREDECESSOR_PARTICIPANT):
+            await replacement.announce_drain_ack(transition, deadline=cluster.deadline())
         assert not await quorum(cluster, transition)
 
     asyncio.run(main())

@@ -1,6 +1,6 @@
 """Fencing old boots of restarted nodes from the durable takeovers of their lease records
-(spec_rebalance §2.6 `removed_process_fences`, §6.3 `fence_process_incarnation`;
-spec_leader_lease §8.2; docs/protocols/membership.md ML-11), over memory:// and file://.
+(RB §2.6 `removed_process_fences`, RB §6.3 `fence_process_incarnation`;
+ML §8.2; docs/protocols/membership.md ML-11), over memory:// and file://.
 
 A controller's discovery only ever lists current records, so a process started after a node's
 restart has never observed that node's old boot: every fence below comes from the record."""
@@ -31,7 +31,8 @@ async def started(store: ObjectStore, nodes: tuple[int, ...]) -> Cluster:
 
 
 def _assert_takeover(fence: ProcessLeaseFence, old: ProcessLease, new: ClusterNode) -> None:
-    """`fence` is the exact §8.2 takeover of `old` (the old boot's last lease) by `new`'s start."""
+    """`fence` is the exact ML §8.2 takeover of `old` (the old boot's last lease) by `new`'s
+    start."""
     assert process_fence_problem(fence) is None
     assert fence.predecessor == old
     assert fence.successor.owner == new.boot

@@ -1,4 +1,4 @@
-"""Durable per-process slots (spec_rebalance §2.7, §4.6): own-slot OVERWRITE with exact
+"""Durable per-process slots (RB §2.7, RB §4.6): own-slot OVERWRITE with exact
 read-back, one bounded listing for reads, fail closed on anything malformed or foreign."""
 
 from __future__ import annotations

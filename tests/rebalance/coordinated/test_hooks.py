@@ -1,5 +1,5 @@
-"""Coordinated-recovery hooks, startup selection and graceful exit (spec_rebalance §1.3, §4.17,
-§4.18; T65-T69, T71, T72) and our stopped-recovery round for a missed ack quorum."""
+"""Coordinated-recovery hooks, startup selection and graceful exit (RB §1.3, RB §4.17,
+RB §4.18; RB-T65..RB-T69, RB-T71, RB-T72) and our stopped-recovery round for a missed ack quorum."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from laminar_cluster.assignment.digest import AssignmentDrainId, drain_id
 from laminar_cluster.assignment.model import next_draining, next_for_participants, snapshot_fence
-from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.rendezvous import rendezvous_assignment
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore, Rotated
 from laminar_cluster.authority.assignment_decisions import (
@@ -32,10 +31,8 @@ from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.node.loop import rebalance_attempt
 from laminar_cluster.rebalance.node.selection import (
     startup_committed_assignment,
-    wait_until_drained,
 )
 from laminar_cluster.rebalance.refusals import Refusal
-from laminar_cluster.rebalance.rotation.finalize import FinalizeMode, finalize_drain_snapshot
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import open_store
 from tests.rebalance.engine.recording import RecordingEngine
@@ -44,6 +41,8 @@ from tests.rebalance.hooks_support import (
     Scenario,
     StalledListStore,
     build,
+    commit_terminal,
+    drained,
     drive,
     listing,
     with_watchers,
@@ -54,32 +53,12 @@ OWNERS = (1, 2, 1, 2)
 
 
 def stop_locally(scenario: Scenario, node_id: int) -> None:
-    """Coordinated recovery's stop quorum reached this process (§4.18 preconditions)."""
+    """Coordinated recovery's stop quorum reached this process (RB §4.18 preconditions)."""
     scenario.engine(node_id).enter_stopped_recovery()
     scenario.cluster.controller(node_id).set_recovering(True)
 
 
-async def commit_terminal(
-    scenario: Scenario, owners: tuple[int, ...] = (1, 1, 2, 2)
-) -> AssignmentSnapshot:
-    """A live Commit of the drain v1 -> `owners`, finalized by the leader."""
-    draining = await scenario.drain(owners)
-    handoff = await scenario.checkpoint(snapshot_fence(scenario.v1))
-    version = await finalize_drain_snapshot(
-        scenario.ctx(1),
-        draining,
-        scenario.v1,
-        SourceDrainOutcome.COMMIT,
-        handoff,
-        FinalizeMode.LIVE,
-    )
-    assert version == 2
-    terminal = await scenario.cluster.snapshots.load()
-    assert terminal is not None and not terminal.draining
-    return terminal
-
-
-def test_t65_stopped_recovery_aborts_draining_head() -> None:
+def test_rb_t65_stopped_recovery_aborts_draining_head() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         draining = await scenario.drain((1, 1, 1, 1))
@@ -107,7 +86,7 @@ def test_t65_stopped_recovery_aborts_draining_head() -> None:
     asyncio.run(main())
 
 
-def test_t66_stopped_recovery_idempotent_after_abort() -> None:
+def test_rb_t66_stopped_recovery_idempotent_after_abort() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await scenario.drain((1, 1, 1, 1))
@@ -126,7 +105,7 @@ def test_t66_stopped_recovery_idempotent_after_abort() -> None:
     asyncio.run(main())
 
 
-def test_t66_stopped_recovery_idempotent_after_commit_with_intact_pin() -> None:
+def test_rb_t66_stopped_recovery_idempotent_after_commit_with_intact_pin() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await commit_terminal(scenario)
@@ -170,7 +149,7 @@ def test_stopped_recovery_settles_nothing_at_the_predecessor_and_refuses_other_r
     asyncio.run(main())
 
 
-def test_t67_stopped_recovery_yields_to_commit() -> None:
+def test_rb_t67_stopped_recovery_yields_to_commit() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         draining = await scenario.drain((1, 1, 1, 1))
@@ -195,7 +174,7 @@ def test_t67_stopped_recovery_yields_to_commit() -> None:
     asyncio.run(main())
 
 
-def test_t68_live_retry_yields_to_recovery() -> None:
+def test_rb_t68_live_retry_yields_to_recovery() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await scenario.drain((1, 1, 1, 1))
@@ -234,7 +213,7 @@ class ReplacementSourceEngine(RecordingEngine):
         await super().resolve_local_source_drain(drain, outcome, deadline=deadline)
 
 
-def test_t69_release_reapplies_terminal() -> None:
+def test_rb_t69_release_reapplies_terminal() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS, engine_type=ReplacementSourceEngine)
         terminal = await commit_terminal(scenario)
@@ -285,7 +264,7 @@ def test_release_refuses_a_draining_head_and_open_intake() -> None:
     asyncio.run(main())
 
 
-def test_t71_startup_selection() -> None:
+def test_rb_t71_startup_selection() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         ctx = scenario.ctx(1)
@@ -296,7 +275,7 @@ def test_t71_startup_selection() -> None:
     asyncio.run(main())
 
 
-def test_t71_startup_refuses_a_forged_transition() -> None:
+def test_rb_t71_startup_refuses_a_forged_transition() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         proof = scenario.cluster.controller(1).capture_leader_proof()
@@ -317,31 +296,7 @@ def test_t71_startup_refuses_a_forged_transition() -> None:
     asyncio.run(main())
 
 
-async def drained(
-    scenario: Scenario,
-    me: int,
-    *,
-    authority: bool,
-    vnode_count: int = len(OWNERS),
-    snapshots: AssignmentSnapshotStore | None = None,
-    wait_s: float = 1.0,
-) -> bool:
-    clock = scenario.clock
-    return await drive(
-        clock,
-        wait_until_drained(
-            snapshots or scenario.cluster.snapshots,
-            scenario.cluster.node(1).authority if authority else None,
-            me,
-            vnode_count,
-            CONFIG.watcher_poll_s,
-            clock.monotonic() + wait_s,
-            clock,
-        ),
-    )
-
-
-def test_t72_wait_until_drained_matrix() -> None:
+def test_rb_t72_wait_until_drained_matrix() -> None:
     async def main() -> None:
         scenario = await build((1, 2, 3), OWNERS)
         clock = scenario.clock
@@ -366,7 +321,7 @@ def test_t72_wait_until_drained_matrix() -> None:
     asyncio.run(main())
 
 
-def test_t72_wait_until_drained_needs_the_authority_for_a_terminal() -> None:
+def test_rb_t72_wait_until_drained_needs_the_authority_for_a_terminal() -> None:
     async def main() -> None:
         scenario = await build((1, 2), OWNERS)
         await commit_terminal(scenario, (1, 1, 1, 1))

@@ -1,4 +1,4 @@
-"""The controller loop (spec_rebalance §4.2, §7 T31-T34): leader-only attempts, debounce,
+"""The controller loop (RB §4.2, RB-T31..RB-T34): leader-only attempts, debounce,
 the audit tick and retries, on a simulated clock over memory://; and what a failed attempt
 does by the kind of its error (rebalance/node/loop.py): retry, stop on Fenced, report
 CorruptRecord, propagate a bug."""
@@ -89,7 +89,7 @@ async def run_for(scenario: Scenario, loop: RebalanceLoop, seconds: float) -> as
 
 
 @synchronous
-async def test_t31_follower_noop() -> None:
+async def test_rb_t31_follower_noop() -> None:
     scenario = await Scenario.start(memory(), SimulatedClock(seed=1), (1, 2))
     await scenario.bring_up((1, 1, 1, 1), leader=2)
     recorder = Recorder(scenario.clock)
@@ -100,7 +100,7 @@ async def test_t31_follower_noop() -> None:
 
 
 @synchronous
-async def test_t32_debounce_coalesces() -> None:
+async def test_rb_t32_debounce_coalesces() -> None:
     scenario = await Scenario.start(memory(), SimulatedClock(seed=2), (1, 2), config=QUIET_TICKS)
     await scenario.bring_up((1, 1, 1, 1))
     recorder = Recorder(scenario.clock)
@@ -124,7 +124,7 @@ async def test_t32_debounce_coalesces() -> None:
 
 
 @synchronous
-async def test_t33_audit_tick_without_membership_change() -> None:
+async def test_rb_t33_audit_tick_without_membership_change() -> None:
     scenario = await Scenario.start(memory(), SimulatedClock(seed=3), (1, 2))
     await scenario.bring_up((1, 1, 1, 1))
     assert await try_rebalance(scenario.ctx(1), [1, 2]) == 2
@@ -138,7 +138,7 @@ async def test_t33_audit_tick_without_membership_change() -> None:
 
 
 @synchronous
-async def test_t34_retry_until_success() -> None:
+async def test_rb_t34_retry_until_success() -> None:
     scenario = await Scenario.start(memory(), SimulatedClock(seed=4), (1, 2), config=QUIET_TICKS)
     await scenario.bring_up((1, 1, 1, 1))
     recorder = Recorder(scenario.clock, failures=2)
@@ -149,7 +149,7 @@ async def test_t34_retry_until_success() -> None:
 
 
 @synchronous
-async def test_t34_losing_leadership_mid_retry_stops_the_loop() -> None:
+async def test_rb_t34_losing_leadership_mid_retry_stops_the_loop() -> None:
     scenario = await Scenario.start(memory(), SimulatedClock(seed=5), (1, 2), config=QUIET_TICKS)
     await scenario.bring_up((1, 1, 1, 1))
     recorder = Recorder(scenario.clock, failures=1000)

@@ -1,6 +1,6 @@
-"""The recovery path, leader side, and the recovery audit (spec_rebalance §1.2, §4.9, §4.10,
-§4.14, §4.16; scenarios T28, T48-T53, T70, T74). Memory store, simulated clock, real controllers,
-ControlEngines and leader authority."""
+"""The recovery path, leader side, and the recovery audit (RB §1.2, RB §4.9, RB §4.10,
+RB §4.14, RB §4.16; scenarios RB-T28, RB-T48..RB-T53, RB-T70, RB-T74). Memory store, simulated
+clock, real controllers, ControlEngines and leader authority."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from laminar_cluster.checkpoint.records import (
     ClusterRecoveryCapsule,
 )
 from laminar_cluster.clock import SimulatedClock
-from laminar_cluster.errors import CorruptRecord, ObjectNotFound, Refused
+from laminar_cluster.errors import CorruptRecord, Refused
 from laminar_cluster.lease.records import AssignmentVerdict
 from laminar_cluster.rebalance.audit.drain import audit_snapshot_authority_outcome
 from laminar_cluster.rebalance.audit.recovery import validate_portable_recovery_cut
@@ -49,16 +49,9 @@ from laminar_cluster.rebalance.recovery.recover import (
 from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.planner import predecessor_cut_unavailability, try_rebalance
 from laminar_cluster.store import ObjectStore
+from tests.rebalance.cluster_support import exists
 from tests.rebalance.recovery_support import RecoveryCluster, run
 from tests.rebalance.refusal_support import raises_because
-
-
-async def _exists(store: ObjectStore, key: str) -> bool:
-    try:
-        await store.head(key)
-    except ObjectNotFound:
-        return False
-    return True
 
 
 async def _faulted_nodes(rc: RecoveryCluster, leader: int) -> set[int]:
@@ -66,7 +59,7 @@ async def _faulted_nodes(rc: RecoveryCluster, leader: int) -> set[int]:
     return {fault.reporter for fault in inventory.faults}
 
 
-def test_t28_dead_owner_recovery() -> None:
+def test_rb_t28_dead_owner_recovery() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -88,7 +81,7 @@ def test_t28_dead_owner_recovery() -> None:
         assert [f.predecessor.node for f in decision.removed_process_fences] == [2]
         assert decision.removed_process_fences[0].predecessor.owner == rc.cluster.node(2).boot
         assert decision.recovery_checkpoint == cut
-        assert await _exists(store, materialization_path(2))
+        assert await exists(store, materialization_path(2))
         assert await rc.cluster.snapshots.load_drain_transition(2) is None
         assert leader.engine.cluster_intake_fenced()
         # The durable fault was published; the cold restore from `cut` is our Release, so the
@@ -103,7 +96,7 @@ def test_t28_dead_owner_recovery() -> None:
     run(body)
 
 
-def test_t48_replacement_process_aborts_then_recovers() -> None:
+def test_rb_t48_replacement_process_aborts_then_recovers() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 1), leader=1)
         v1 = await rc.head()
@@ -145,7 +138,7 @@ def test_t48_replacement_process_aborts_then_recovers() -> None:
 def test_replacement_leader_materializes_a_decision_for_its_previous_boot() -> None:
     """Simulation seed 33381: leader node 1 records the recovery decision for v2, which
     certifies its own boot, and crashes before materializing it; its replacement boot is
-    elected. It materializes v2 without adopting it (§4.9 step 4 would refuse, and the head
+    elected. It materializes v2 without adopting it (RB §4.9 step 4 would refuse, and the head
     stayed at v1 for good while node 1 kept the leadership), then recovers its previous boot
     out of v2 like any replaced boot."""
 
@@ -175,7 +168,7 @@ def test_replacement_leader_materializes_a_decision_for_its_previous_boot() -> N
     run(body)
 
 
-def test_t49_renewing_predecessor_blocks_recovery() -> None:
+def test_rb_t49_renewing_predecessor_blocks_recovery() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         await rc.checkpoint(1)
@@ -186,14 +179,14 @@ def test_t49_renewing_predecessor_blocks_recovery() -> None:
             await try_rebalance(leader.ctx, [1, 2])
         assert (await rc.head()).assignment_version == 1
         assert await assignment_recovery_decision(leader.node.authority, 2) is None
-        assert not await _exists(store, materialization_path(2))
+        assert not await exists(store, materialization_path(2))
         assert not leader.controller.is_recovering()
         assert await _faulted_nodes(rc, 1) == set()
 
     run(body)
 
 
-def test_t50_recovery_retains_healthy_predecessor() -> None:
+def test_rb_t50_recovery_retains_healthy_predecessor() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (3, 5, 7, 9), (3, 9), leader=3)
         await rc.checkpoint(3)
@@ -212,7 +205,7 @@ def test_t50_recovery_retains_healthy_predecessor() -> None:
     run(body)
 
 
-def test_t51_quarantine_overrides_active() -> None:
+def test_rb_t51_quarantine_overrides_active() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -252,7 +245,7 @@ async def _in_flight(rc: RecoveryCluster, leader: int, checkpoint_id: int) -> No
     await decisions.create_recovery_capsule(capsule)
 
 
-def test_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
+def test_rb_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()
@@ -292,7 +285,7 @@ def test_t52_recovery_aborts_inflight_predecessor_checkpoint() -> None:
     run(body)
 
 
-def test_t53_unrestarted_replacement_boot_assignment() -> None:
+def test_rb_t53_unrestarted_replacement_boot_assignment() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1,), (1, 1), leader=1)
         old = rc.proc(1)
@@ -313,7 +306,7 @@ def test_t53_unrestarted_replacement_boot_assignment() -> None:
     run(body)
 
 
-def test_t70_recovery_pin_states() -> None:
+def test_rb_t70_recovery_pin_states() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         # Active, then Consumed (even after the old checkpoint's capsule is deleted).
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
@@ -340,7 +333,7 @@ def test_t70_recovery_pin_states() -> None:
     run(body)
 
 
-def test_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
+def test_rb_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2, 3, 4), (1, 2, 3, 1), leader=1)
         cut = await rc.checkpoint(1)
@@ -380,7 +373,7 @@ def test_t70_propagated_pin_is_reconciled_by_a_takeover_leader() -> None:
 
 
 @pytest.mark.parametrize("handoff_in_flight", [False, True])
-def test_t74_dead_owner_draining_head_rollback(handoff_in_flight: bool) -> None:
+def test_rb_t74_dead_owner_draining_head_rollback(handoff_in_flight: bool) -> None:
     """With `handoff_in_flight` (simulation seeds 1245, 1462): the drain's handoff checkpoint
     wrote its capsule under v1 and never decided. Recovery from the rollback settles it as Abort
     like a predecessor attempt (it is older than the predecessor); it used to count as "neither
@@ -450,7 +443,7 @@ def test_recovery_audit_rejects_a_bare_successor() -> None:
     run(body)
 
 
-def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> None:
+def test_rb14_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> None:
     """LA-20: no cluster checkpoint ever committed, so the recovery decision names the initial
     state (nothing committed exists to restore or to lose): the leader restores empty, the
     predecessor can never commit afterwards, and the target's first Commit consumes the pin."""
@@ -496,7 +489,7 @@ def test_owner_lost_before_any_checkpoint_recovers_to_the_initial_state() -> Non
     run(body)
 
 
-def test_portable_cut_validation() -> None:
+def test_rb14_portable_cut_validation() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         rc = await RecoveryCluster.start(clock, store, (1, 2), (1, 2), leader=1)
         v1 = await rc.head()

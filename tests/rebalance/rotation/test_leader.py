@@ -1,6 +1,6 @@
-"""The leader's decision procedure and graceful rotation (spec_rebalance §4.3-§4.8, §7
-T25-T30, T35-T47, T73), on memory:// and file://, with real controllers, real authority and
-the BaseEngine.
+"""The leader's decision procedure and graceful rotation (RB §4.3-§4.8;
+RB-T25..RB-T30, RB-T35..RB-T47, RB-T73), on memory:// and file://, with real controllers, real
+authority and the BaseEngine.
 
 Layout: vnode_count 4, boots are fresh per process; node 1 leads unless a test says otherwise.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable
 from typing import TypeVar
 
 import msgspec
@@ -45,14 +44,13 @@ from laminar_cluster.rebalance.interfaces import CheckpointResult, SourceDrainOu
 from laminar_cluster.rebalance.refusals import Refusal
 from laminar_cluster.rebalance.rotation.graceful import (
     Resolved,
-    prepare_and_announce_local_drain,
     reconcile_drain_publication,
 )
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
 from tests.rebalance.refusal_support import raises_because
-from tests.rebalance.scenario import Scenario, synchronous
+from tests.rebalance.scenario import Scenario, drive, follower_ack, synchronous
 
 pytestmark = pytest.mark.parametrize("backend", ["memory", "file"])
 V2_KEY = "control/assignment-snapshots/v00000000000000000002.json"
@@ -62,31 +60,6 @@ replace = msgspec.structs.replace
 
 async def keys(store: ObjectStore) -> list[str]:
     return [meta.key for meta in await store.list("")]
-
-
-async def drive(scenario: Scenario, work: Awaitable[T], *, step_s: float = 0.05) -> T:
-    """Run `work` while simulated time moves (leases renewed, views refreshed)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await scenario.cluster.advance(step_s, step_s=step_s)
-    return task.result()
-
-
-async def follower_ack(scenario: Scenario, node_id: int) -> None:
-    """What a predecessor follower's watcher does for a draining head (§4.11 A)."""
-    snapshots = scenario.cluster.snapshots
-    while True:
-        head = await snapshots.load()
-        if head is not None and head.draining:
-            break
-        await scenario.clock.sleep(0.05)
-    transition = head.drain_transition
-    assert transition is not None
-    ctx = scenario.ctx(node_id)
-    ctx.controller.publish_checkpoint_drain_transition(transition)
-    await prepare_and_announce_local_drain(
-        ctx, head, transition, ctx.me, deadline=scenario.cluster.deadline()
-    )
 
 
 async def joined(store: ObjectStore, *, v1_owners: tuple[int, ...] = (1, 1, 1, 1)) -> Scenario:
@@ -121,7 +94,7 @@ def transition_of(snapshot: AssignmentSnapshot) -> AssignmentDrainTransition:
 
 
 @synchronous
-async def test_t25_node_join_commits(store: ObjectStore) -> None:
+async def test_rb_t25_node_join_commits(store: ObjectStore) -> None:
     scenario = await joined(store)
     v1 = await scenario.cluster.snapshots.load()
     assert v1 is not None
@@ -147,7 +120,7 @@ async def test_t25_node_join_commits(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t26_joiner_not_in_quorum(store: ObjectStore) -> None:
+async def test_rb_t26_joiner_not_in_quorum(store: ObjectStore) -> None:
     scenario = await joined(store)
     assert await try_rebalance(scenario.ctx(1), [1, 2]) == 2
     acks = await read_drain_acks(store, scenario.clock, deadline=scenario.cluster.deadline())
@@ -156,7 +129,7 @@ async def test_t26_joiner_not_in_quorum(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t27_graceful_leave(store: ObjectStore) -> None:
+async def test_rb_t27_graceful_leave(store: ObjectStore) -> None:
     from laminar_cluster.rebalance.node.selection import wait_until_drained
 
     owners = tuple(rendezvous_assignment(4, [1, 2]))
@@ -191,7 +164,7 @@ async def test_t27_graceful_leave(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t29_no_change_noop(store: ObjectStore) -> None:
+async def test_rb_t29_no_change_noop(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await joined(store, v1_owners=owners)
     before = await keys(store)
@@ -200,7 +173,7 @@ async def test_t29_no_change_noop(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t30_empty_live_still_settles_orphan(store: ObjectStore) -> None:
+async def test_rb_t30_empty_live_still_settles_orphan(store: ObjectStore) -> None:
     scenario = await joined(store)
     draining = await draining_by(scenario, 1, tuple(rendezvous_assignment(4, [1, 2])))
     assert await try_rebalance(scenario.ctx(1), []) == 2
@@ -214,7 +187,7 @@ async def test_t30_empty_live_still_settles_orphan(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t35_ack_timeout_requests_recovery(store: ObjectStore) -> None:
+async def test_rb_t35_ack_timeout_requests_recovery(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await Scenario.start(store, _clock(), (1, 2, 3))
     await scenario.bring_up(owners)
@@ -266,7 +239,7 @@ class _Failing:
 
 
 @synchronous
-async def test_t36_checkpoint_failure_aborts(store: ObjectStore) -> None:
+async def test_rb_t36_checkpoint_failure_aborts(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2))
     scenario.add_engine(1, checkpointer=_Failing(StoreUnavailable("injected")))
     await scenario.bring_up((1, 1, 1, 1))
@@ -284,7 +257,7 @@ async def test_a_fenced_checkpoint_keeps_its_type_to_the_caller(store: ObjectSto
 
 
 @synchronous
-async def test_t37_checkpoint_wrong_fence_aborts(store: ObjectStore) -> None:
+async def test_rb_t37_checkpoint_wrong_fence_aborts(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2))
     node = scenario.cluster.node(1)
     assert node.authority.decisions is not None
@@ -310,7 +283,7 @@ async def test_t37_checkpoint_wrong_fence_aborts(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t38_leader_crash_before_decision(store: ObjectStore) -> None:
+async def test_rb_t38_leader_crash_before_decision(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await Scenario.start(store, _clock(), (1, 2, 3))
     await scenario.bring_up(owners)
@@ -336,7 +309,7 @@ async def test_t38_leader_crash_before_decision(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t39_leader_crash_after_decision_before_finalize(store: ObjectStore) -> None:
+async def test_rb_t39_leader_crash_after_decision_before_finalize(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await Scenario.start(store, _clock(), (1, 2, 3))
     await scenario.bring_up(owners)
@@ -372,7 +345,7 @@ async def test_t39_leader_crash_after_decision_before_finalize(store: ObjectStor
 
 
 @synchronous
-async def test_t40_leader_crash_after_cas_before_adopt(store: ObjectStore) -> None:
+async def test_rb_t40_leader_crash_after_cas_before_adopt(store: ObjectStore) -> None:
     scenario = await joined(store)
     assert await try_rebalance(scenario.ctx(1), [1, 2]) == 2
     await scenario.cluster.elect(2)
@@ -387,7 +360,7 @@ async def test_t40_leader_crash_after_cas_before_adopt(store: ObjectStore) -> No
 
 
 @synchronous
-async def test_t41_ambiguous_cas_reconciles(store: ObjectStore) -> None:
+async def test_rb_t41_ambiguous_cas_reconciles(store: ObjectStore) -> None:
     scenario = await joined(store)
     faulty = FaultyStore(store, clock=scenario.clock, seed=1)
     ctx = scenario.ctx(1)
@@ -412,7 +385,7 @@ def replace_ctx(ctx: RebalanceContext, snapshots: AssignmentSnapshotStore) -> Re
 
 
 @synchronous
-async def test_t42_recovering_defers_publication(store: ObjectStore) -> None:
+async def test_rb_t42_recovering_defers_publication(store: ObjectStore) -> None:
     scenario = await joined(store)
     ctx = scenario.ctx(1)
     ctx.controller.set_recovering(True)
@@ -426,7 +399,7 @@ async def test_t42_recovering_defers_publication(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t43_authority_changed_after_ambiguous_cas(store: ObjectStore) -> None:
+async def test_rb_t43_authority_changed_after_ambiguous_cas(store: ObjectStore) -> None:
     scenario = await joined(store)
     faulty = FaultyStore(store, clock=scenario.clock, seed=1)
     ctx = replace_ctx(scenario.ctx(1), AssignmentSnapshotStore(faulty))
@@ -447,7 +420,7 @@ async def test_t43_authority_changed_after_ambiguous_cas(store: ObjectStore) -> 
 
 
 @synchronous
-async def test_t44_graceful_deferred_until_ready(store: ObjectStore) -> None:
+async def test_rb_t44_graceful_deferred_until_ready(store: ObjectStore) -> None:
     # Local vnode state not ready.
     scenario = await Scenario.start(store, _clock(), (1, 2))
     scenario.add_engine(1, vnode_state_ready=lambda fence: False)
@@ -457,7 +430,7 @@ async def test_t44_graceful_deferred_until_ready(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t44_deferred_until_the_fence_is_published(store: ObjectStore) -> None:
+async def test_rb_t44_deferred_until_the_fence_is_published(store: ObjectStore) -> None:
     scenario = await joined(store)
     scenario.cluster.controller(1).publish_checkpoint_assignment_fence(None)
     assert await try_rebalance(scenario.ctx(1), [1, 2]) is None
@@ -465,7 +438,7 @@ async def test_t44_deferred_until_the_fence_is_published(store: ObjectStore) -> 
 
 
 @synchronous
-async def test_t44_deferred_while_a_remote_participant_is_not_ready(store: ObjectStore) -> None:
+async def test_rb_t44_deferred_while_a_remote_participant_is_not_ready(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await joined(store, v1_owners=owners)
     await scenario.cluster.add(3)
@@ -493,7 +466,7 @@ async def test_t44_deferred_while_a_remote_participant_is_not_ready(store: Objec
 
 
 @synchronous
-async def test_t45_wrong_published_fence_errors(store: ObjectStore) -> None:
+async def test_rb_t45_wrong_published_fence_errors(store: ObjectStore) -> None:
     scenario = await joined(store)
     controller = scenario.cluster.controller(1)
     v1 = await scenario.cluster.snapshots.load()
@@ -511,7 +484,7 @@ async def test_t45_wrong_published_fence_errors(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t46_local_head_validation(store: ObjectStore) -> None:
+async def test_rb_t46_local_head_validation(store: ObjectStore) -> None:
     scenario = await joined(store, v1_owners=(1, 1, 2, 2))
     v1 = await scenario.cluster.snapshots.load()
     assert v1 is not None
@@ -530,7 +503,7 @@ async def test_t46_local_head_validation(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t47_concurrent_rotations(store: ObjectStore) -> None:
+async def test_rb_t47_concurrent_rotations(store: ObjectStore) -> None:
     owners = tuple(rendezvous_assignment(4, [1, 2]))
     scenario = await Scenario.start(store, _clock(), (1, 2, 3))
     await scenario.bring_up(owners)
@@ -557,7 +530,7 @@ async def test_t47_concurrent_rotations(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_t73_prune_after_finalize(store: ObjectStore) -> None:
+async def test_rb_t73_prune_after_finalize(store: ObjectStore) -> None:
     scenario = await Scenario.start(store, _clock(), (1, 2, 3, 4, 5), vnode_count=16)
     await scenario.bring_up((1,) * 16)
     ctx = scenario.ctx(1)
@@ -601,7 +574,7 @@ async def test_t73_prune_after_finalize(store: ObjectStore) -> None:
 
 
 @synchronous
-async def test_recovery_keeps_a_live_draining_predecessor(store: ObjectStore) -> None:
+async def test_rb13_recovery_keeps_a_live_draining_predecessor(store: ObjectStore) -> None:
     """A dead owner forces recovery while another owner is leaving gracefully: the leaver is
     healthy (draining, renewing), so recovery keeps it with a vnode instead of trying to fence
     it, and only the dead process is removed."""

@@ -1,4 +1,4 @@
-"""The snapshot watcher, follower side (spec_rebalance §4.11-§4.14, §7 T54-T64).
+"""The snapshot watcher, follower side (RB §4.11-§4.14, RB §7 RB-T54..RB-T64).
 
 Three nodes unless noted: v1 = [1, 2, 1, 2] (participants 1 and 2), node 1 leads, node 3 is a
 live member that owns nothing until a rotation gives it vnodes. Watchers are ticked by hand.
@@ -45,7 +45,7 @@ async def started(clock: SimulatedClock, store: ObjectStore) -> WatchedCluster:
     return cluster
 
 
-def test_t54_follower_acks_drain() -> None:
+def test_rb_t54_follower_acks_drain() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         follower = cluster.proc(2)
@@ -76,7 +76,7 @@ def test_t54_follower_acks_drain() -> None:
     run(body)
 
 
-def test_t55_follower_adopts_commit_terminal() -> None:
+def test_rb_t55_follower_adopts_commit_terminal() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         follower = cluster.proc(2)
@@ -121,7 +121,7 @@ async def acks_of(cluster: WatchedCluster, node_id: int) -> list[object]:
     return [ack.transition for ack in await cluster.acks() if ack.participant.node_id == node_id]
 
 
-def test_t56_stale_leader_drain_rejected(caplog: pytest.LogCaptureFixture) -> None:
+def test_rb_t56_stale_leader_drain_rejected(caplog: pytest.LogCaptureFixture) -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         await cluster.publish_drain(V2_OWNERS)
@@ -138,7 +138,7 @@ def test_t56_stale_leader_drain_rejected(caplog: pytest.LogCaptureFixture) -> No
     run(body)
 
 
-def test_t57_drain_not_exact_successor(caplog: pytest.LogCaptureFixture) -> None:
+def test_rb_t57_drain_not_exact_successor(caplog: pytest.LogCaptureFixture) -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         drain = await cluster.publish_drain(V2_OWNERS)
@@ -157,7 +157,7 @@ def test_t57_drain_not_exact_successor(caplog: pytest.LogCaptureFixture) -> None
     run(body)
 
 
-def test_t58_transient_corrupt_head_recovers() -> None:
+def test_rb_t58_transient_corrupt_head_recovers() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         assert cluster.v1 is not None
@@ -183,7 +183,7 @@ def test_t58_transient_corrupt_head_recovers() -> None:
     run(body)
 
 
-def test_t59_watcher_repairs_stale_report() -> None:
+def test_rb_t59_watcher_repairs_stale_report() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         follower = cluster.proc(2)
@@ -205,7 +205,7 @@ def test_t59_watcher_repairs_stale_report() -> None:
     run(body)
 
 
-def test_t60_bare_successor_rejected(caplog: pytest.LogCaptureFixture) -> None:
+def test_rb_t60_bare_successor_rejected(caplog: pytest.LogCaptureFixture) -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         assert cluster.v1 is not None
@@ -266,7 +266,7 @@ async def rebooted_v2(store: ObjectStore, cluster: WatchedCluster) -> None:
         (rebooted_v2, "does not bind its exact committed predecessor"),
     ],
 )
-def test_t61_materialized_drain_predecessor_checks(
+def test_rb_t61_materialized_drain_predecessor_checks(
     mutate: object, message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
@@ -284,7 +284,7 @@ def test_t61_materialized_drain_predecessor_checks(
     run(body)
 
 
-def test_t62_recovery_head_ownerless_follows() -> None:
+def test_rb_t62_recovery_head_ownerless_follows() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await WatchedCluster.start(clock, store, (1, 2), V1_OWNERS)
         await cluster.cluster.add(3, active=False)  # joining: never assignable
@@ -313,7 +313,7 @@ def test_t62_recovery_head_ownerless_follows() -> None:
     run(body)
 
 
-def test_t63_recovery_head_participant_faults() -> None:
+def test_rb_t63_recovery_head_participant_faults() -> None:
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
         joiner = cluster.proc(3)
@@ -344,7 +344,7 @@ def test_t63_recovery_head_participant_faults() -> None:
     run(body)
 
 
-def test_t64_shuffle_not_ready_keeps_predecessor() -> None:
+def test_rb_t64_shuffle_not_ready_keeps_predecessor() -> None:
     not_ready = {"left": 1}
 
     def hook(snapshot: AssignmentSnapshot) -> None:
@@ -384,7 +384,7 @@ def test_t64_shuffle_not_ready_keeps_predecessor() -> None:
 
 
 def test_follower_resolves_abort_terminal() -> None:
-    """§4.13: an Abort terminal (rollback at v2) resumes the follower's drained sources."""
+    """RB §4.13: an Abort terminal (rollback at v2) resumes the follower's drained sources."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -408,7 +408,7 @@ def test_follower_resolves_abort_terminal() -> None:
 
 
 def test_stopped_recovery_defers_terminal_resolution() -> None:
-    """§4.13 step 3: sources stopped by coordinated recovery are not resolved by the watcher."""
+    """RB §4.13 step 3: sources stopped by coordinated recovery are not resolved by the watcher."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -425,8 +425,8 @@ def test_stopped_recovery_defers_terminal_resolution() -> None:
     run(body)
 
 
-def test_publication_closes_when_authority_revision_moved() -> None:
-    """§4.12 step 2 (S13): another path closed authority after the head was read."""
+def test_rb12_publication_closes_when_authority_revision_moved() -> None:
+    """RB §4.12 step 2 (RB-12): another path closed authority after the head was read."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         cluster = await started(clock, store)
@@ -494,7 +494,7 @@ def test_leader_watcher_racing_its_own_recovery_leaves_recovery_mode() -> None:
 
 
 def test_placement_metrics_published_per_registry_version() -> None:
-    """§3.4: published on the first tick and whenever the registry version changes."""
+    """RB §3.4: published on the first tick and whenever the registry version changes."""
 
     async def body(clock: SimulatedClock, store: ObjectStore) -> None:
         sink = RecordingSink()
@@ -594,7 +594,7 @@ def test_leader_tick_in_flight_across_its_own_recovery_releases() -> None:
     run(body)
 
 
-def test_recovery_head_participant_restores_the_initial_state() -> None:
+def test_rb14_recovery_head_participant_restores_the_initial_state() -> None:
     """LA-20, follower side: a participant of a recovery generation decided before any cluster
     checkpoint committed restores the initial state (its vnodes start empty)."""
 

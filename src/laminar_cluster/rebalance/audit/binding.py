@@ -1,4 +1,4 @@
-"""Does an assignment bind this exact process? (spec_rebalance §4.14; S3, S12)"""
+"""Does an assignment bind this exact process? (RB §4.14; RB-3, RB-11)"""
 
 from __future__ import annotations
 

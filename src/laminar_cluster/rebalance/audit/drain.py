@@ -1,10 +1,10 @@
-"""Authority audits of assignment generations (spec_rebalance §2.10, §4.16; S11, S12).
+"""Authority audits of assignment generations (RB §2.10, RB §4.16; RB-10, RB-11).
 
 Every committed version from 2 on must be explained by the leader authority: a drain terminal
 by its drain decision (and its exact committed predecessor), a recovery generation by its
 recovery decision (`recovery_audit`). A draining head is checked against its exact
 predecessor, the live leader term and the absence of a decision. Each failure keeps the spec's
-wording (§9), and callers fail closed. Durable objects that contradict each other (a terminal
+wording (RB §9), and callers fail closed. Durable objects that contradict each other (a terminal
 without its decision, a decision naming another transition, a terminal not binding its exact
 predecessor, a materialized outcome against the verdict) are CorruptRecord naming the snapshot;
 what may change on a re-read (a pruned predecessor, a moved head, a superseded drain leader, a
@@ -28,13 +28,13 @@ from laminar_cluster.rebalance.audit.results import (
 )
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 
 def finalized_drain_outcome(
     transition: AssignmentDrainTransition, terminal: AssignmentSnapshot
 ) -> SourceDrainOutcome:
-    """Commit when `terminal` is the target, Abort when it is the rollback (§4.8 step 10, S5);
+    """Commit when `terminal` is the target, Abort when it is the rollback (RB §4.8 step 10, RB-5);
     CorruptRecord (TERMINAL_MISMATCH) for anything else."""
     target_version = transition.target.assignment_version
     if terminal.draining or terminal.assignment_version != target_version:
@@ -62,7 +62,7 @@ def verdict_outcome(verdict: AssignmentVerdict) -> SourceDrainOutcome:
 async def audit_snapshot_authority_outcome(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
 ) -> AuditedAssignmentAuthority:
-    """§4.16 `audit_snapshot_authority_outcome`, bounded by `deadline`."""
+    """RB §4.16 `audit_snapshot_authority_outcome`, bounded by `deadline`."""
     version = snapshot.assignment_version
     async with within_deadline(ctx.clock, deadline, f"assignment {version} authority audit"):
         if snapshot.draining or version == 1:
@@ -122,7 +122,7 @@ async def audit_materialized_drain_transition(
 async def audit_drain_predecessor(
     ctx: RebalanceContext, draining: AssignmentSnapshot
 ) -> AssignmentSnapshot:
-    """A follower's check of a draining head (§4.16): exactly local+1, its committed
+    """A follower's check of a draining head (RB §4.16): exactly local+1, its committed
     predecessor equal to what runs here, no decision yet, and the opening term still leading."""
     transition = draining.drain_transition
     local = ctx.engine.registry()
@@ -186,13 +186,6 @@ async def audit_exact_drain_head(
                 reason=Refusal.HEAD_MOVED,
             )
         return await audit_drain_predecessor(ctx, draining)
-
-
-def predecessor_lost(version: int) -> Refused:
-    """Assignment `version - 1` is gone (pruned under a newer head): re-read and decide again."""
-    return Refused(
-        f"assignment {version}: lost predecessor {version - 1}", reason=Refusal.PREDECESSOR_LOST
-    )
 
 
 def local_drain_participant(

@@ -1,11 +1,11 @@
-"""The owner-complete assignment certificate (spec_rebalance §4.12 steps 6 and the two pure
+"""The owner-complete assignment certificate (RB §4.12 steps 6 and the two pure
 rules after it).
 
 `certify_owner_map` certifies an owner map only when every participant process has
 durably reported adopting exactly that map (same participant, version, vnode count and owner-map
 digest). It does not need `vnode_state_ready`: transport activation only needs exact adoption.
 `assignment_vnode_state_is_ready` is the stronger graceful-rotation test: every participant also
-reports its vnode state ready for exactly this fence (§2.7).
+reports its vnode state ready for exactly this fence (RB §2.7).
 
 `read_owner_certificate` is the async shell: it reads the current boots of the
 expected participants and every adoption report through the controller, and returns None on any
@@ -70,7 +70,7 @@ def assignment_vnode_state_is_ready(
     fence: CheckpointAssignmentFence, reported: Sequence[CheckpointAssignmentAdoption]
 ) -> bool:
     """Every participant of `fence` reports, as that exact participant, `vnode_state_ready`
-    for exactly this fence (§2.7 `matches_fence`)."""
+    for exactly this fence (RB §2.7 `matches_fence`)."""
     ready = {
         report.participant
         for report in reported
@@ -80,7 +80,7 @@ def assignment_vnode_state_is_ready(
 
 
 class AdoptionReports(Protocol):
-    """The two controller reads the fence needs (a subset of `ClusterController`, §6.3)."""
+    """The two controller reads the fence needs (a subset of `ClusterController`, RB §6.3)."""
 
     clock: Clock
 
@@ -99,7 +99,7 @@ async def read_owner_certificate(
     expected_participants: Sequence[FenceParticipant],
     deadline: float,
 ) -> CheckpointAssignmentFence | None:
-    """§4.12 step 6: the owner certificate of the local registry, or None.
+    """RB §4.12 step 6: the owner certificate of the local registry, or None.
 
     The current boots of the expected participants' node ids must equal `expected_participants`
     exactly (a restart or a missing process yields None); then every adoption report is read and

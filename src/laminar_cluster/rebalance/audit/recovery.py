@@ -1,10 +1,10 @@
-"""The recovery audit of one assignment generation (spec_rebalance §2.10, §4.16 "Recovery audit",
-§4.9 `validate_portable_recovery_cut`; S11, S15).
+"""The recovery audit of one assignment generation (RB §2.10, RB §4.16 "Recovery audit",
+RB §4.9 `validate_portable_recovery_cut`; RB-10, RB-14).
 
 A committed generation v >= 2 without a drain transition must be explained by the recovery
 decision the leader authority admitted for v: the materialized snapshot is exactly the staged
 proposal the decision names, its committed predecessor v-1 is exactly the decision's
-predecessor, and the recovery checkpoint stands in one of three states (§2.10):
+predecessor, and the recovery checkpoint stands in one of three states (RB §2.10):
 
 * ACTIVE: the handoff pin on the target is the decision's recovery checkpoint, which is still
   the newest committed cluster checkpoint (a decision on the initial state, LA-20: the pin names
@@ -12,7 +12,7 @@ predecessor, and the recovery checkpoint stands in one of three states (§2.10):
 * CONSUMED: no pin, and the newest committed checkpoint was taken under the target itself (the
   older handoff artifact may already be collected);
 * PROPAGATED: the decision of v+1 moved the same pin on to its own target, not materialized yet.
-  Besides a recovery decision D(v+1) (§4.16) we also accept a drain Abort from this target: its
+  Besides a recovery decision D(v+1) (RB §4.16) we also accept a drain Abort from this target: its
   rollback inherits the same restore cut (`authority.handoff_pins`), and without it a leader that
   crashed between recording that Abort and materializing it could never finish the orphan
   drain, whose predecessor audit would fail forever.
@@ -21,7 +21,7 @@ Our "checkpoint index" is the `ClusterRecoveryCapsule` the Commit outcome points
 verified through the DecisionStore (`cluster_outcome_with_recovery_capsule`): it carries the
 assignment fence the cut was taken under (the origin) and the `portable` flag.
 
-Callers fail closed (§4.11 Suspend, §4.3 retry). Durable records that contradict each other
+Callers fail closed (RB §4.11 Suspend, RB §4.3 retry). Durable records that contradict each other
 (no decision for a committed generation, a snapshot that is not the admitted proposal, a
 successor decision that does not propagate the cut, a checkpoint index inconsistent with its
 outcome) are CorruptRecord; what a re-read may settle (a pruned predecessor, a decision below the
@@ -59,7 +59,6 @@ from laminar_cluster.errors import CorruptRecord, InvalidArgument, Refused, rest
 from laminar_cluster.fencing import CheckpointAssignmentFence, fence_is_canonical
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.records import AssignmentRecoveryDecision, AssignmentVerdict
-from laminar_cluster.rebalance.audit.drain import predecessor_lost
 from laminar_cluster.rebalance.audit.results import (
     AuditedAssignmentAuthority,
     AuditedRecoveryCheckpoint,
@@ -67,7 +66,7 @@ from laminar_cluster.rebalance.audit.results import (
 )
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.interfaces import cut_name
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 __all__ = [
     "audit_recovery_generation",
@@ -80,7 +79,7 @@ __all__ = [
 async def audit_recovery_generation(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot
 ) -> AuditedAssignmentAuthority:
-    """§4.16 "Recovery audit" of the committed generation `snapshot` (the caller bounds it)."""
+    """RB §4.16 "Recovery audit" of the committed generation `snapshot` (the caller bounds it)."""
     version = snapshot.assignment_version
     decision = await recovery_decision(ctx.authority, version)
     if decision is None:
@@ -223,7 +222,7 @@ async def _successor_pin_target(
     authority: LeaderLeaseStore, decision: AssignmentRecoveryDecision
 ) -> CheckpointAssignmentFence:
     """The fence the decision of v+1 moved the pin to: a recovery successor D(v+1) with the
-    same recovery checkpoint (§4.16), or (our extension) a drain Abort from this target, whose
+    same recovery checkpoint (RB §4.16), or (our extension) a drain Abort from this target, whose
     rollback inherits the same restore cut (`handoff_pins`: no Commit under the target exists
     yet). Without the latter, a leader that crashed between recording that Abort and
     materializing it could never finish the orphan drain: its prior audit would fail."""
@@ -265,7 +264,7 @@ async def load_portable_cut(
     predecessor: CheckpointAssignmentFence,
 ) -> ClusterRecoveryCapsule:
     """Reload `head`'s outcome and its index, require the outcome unchanged, and validate the
-    cut against `predecessor` (§4.9 step 10); returns the index, whose fence is the origin."""
+    cut against `predecessor` (RB §4.9 step 10); returns the index, whose fence is the origin."""
     loaded = await cluster_outcome_with_recovery_capsule(authority, head.epoch)
     if loaded is None or loaded[0] != head or loaded[1] is None:
         raise Refused(
@@ -282,9 +281,9 @@ def validate_portable_recovery_cut(
     ref: RecoveryCapsuleRef,
     predecessor: CheckpointAssignmentFence,
 ) -> CheckpointAssignmentFence:
-    """§4.9 `validate_portable_recovery_cut`: `outcome` is a cluster Commit of `ref`, `index`
+    """RB §4.9 `validate_portable_recovery_cut`: `outcome` is a cluster Commit of `ref`, `index`
     (its capsule) is reassignment-portable, and its origin fence is compatible with
-    `predecessor` (S15). Returns the origin fence. An outcome, reference and index that do not
+    `predecessor` (RB-14). Returns the origin fence. An outcome, reference and index that do not
     describe one cluster Commit are CorruptRecord; a consistent cut that does not fit
     `predecessor` is Refused. The reason is the failed check (a `Refusal.CUT_*`)."""
     failed = _cut_problem(outcome, index, ref, predecessor)

@@ -15,7 +15,7 @@ from laminar_cluster.rebalance.refusals import Refusal
 
 
 class PinState(enum.Enum):
-    """Where a recovery generation's checkpoint pin stands (§2.10)."""
+    """Where a recovery generation's checkpoint pin stands (RB §2.10)."""
 
     ACTIVE = "active"  # the pin on this target is still unresolved
     PROPAGATED = "propagated"  # moved to D(n+1)'s target, not materialized yet
@@ -50,7 +50,7 @@ class AuditedRecoveryCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class AuditedAssignmentAuthority:
-    """What the authority says about one generation (§2.10): no successor edge (draining
+    """What the authority says about one generation (RB §2.10): no successor edge (draining
     heads and version 1), a drain terminal, or a recovery generation."""
 
     target_version: int

@@ -1,17 +1,17 @@
 """`StoreClusterController`: the `ClusterController` of one process over the object store
-(spec_rebalance §6.3, §2.7, §4.6, §9 "Self in membership").
+(RB §6.3, RB §2.7, RB §4.6, RB §9 "Self in membership").
 
 Its parts, each injected so tests and simulations drive it:
 
 * identity: the node id and the boot of an acquired `ProcessLeaseHolder`;
 * membership: one `Discovery`, polled by `refresh_members` (and `run`); the view includes this
-  node itself, so a draining leader that still owns vnodes sees itself as a live owner (§9);
+  node itself, so a draining leader that still owns vnodes sees itself as a live owner (RB §9);
 * leadership: a `Leadership` (the `LeaderLeaseManager`, or `FixedLeadership` in tests);
 * the leader authority (`LeaderLeaseStore`) and the `AssignmentSnapshotStore`;
 * durable per-process slots (`rebalance.cluster.slots`), process fencing
   (`rebalance.cluster.process_takeover`) and the ack quorum (`rebalance.cluster.drain_acks`).
 
-In-memory state: the published checkpoint fence and drain transition (§6.3 slots), the recovery
+In-memory state: the published checkpoint fence and drain transition (RB §6.3 slots), the recovery
 flag, the unresponsive quarantine keyed by exact (node, boot), and the fault request counter.
 """
 
@@ -83,7 +83,7 @@ class FixedLeadership:
 
 
 class StoreClusterController:
-    """This process's `ClusterController` (§6.3) over one object store."""
+    """This process's `ClusterController` (RB §6.3) over one object store."""
 
     def __init__(
         self,
@@ -197,12 +197,12 @@ class StoreClusterController:
 
     async def refresh_members(self, *, deadline: float) -> MembershipView:
         """One discovery poll; the watch's version moves only when the signature changes.
-        Refused (SELF_NOT_A_MEMBER; nothing published) when the view lacks this node (§9)."""
+        Refused (SELF_NOT_A_MEMBER; nothing published) when the view lacks this node (RB §9)."""
         view = await self._discovery.poll(deadline=deadline)
         for problem in view.problems:
             logger.warning("membership: %s", problem)
         if view.member(self.node_id) is None:
-            # §9: self must be a member, or a draining leader would treat itself as lost.
+            # RB §9: self must be a member, or a draining leader would treat itself as lost.
             raise Refused(
                 f"membership view does not list this node (node-{self.node_id})",
                 reason=Refusal.SELF_NOT_A_MEMBER,
@@ -240,14 +240,14 @@ class StoreClusterController:
             self._members.close()
 
     def assignable_instances(self) -> tuple[int, ...]:
-        """Active members (this node too, only while active), sorted and unique (§6.3)."""
+        """Active members (this node too, only while active), sorted and unique (RB §6.3)."""
         view = self._view
         if view is None:
             return ()
         return tuple(sorted({m.node for m in view.members if m.state is ObservedState.ACTIVE}))
 
     def checkpoint_instances(self) -> tuple[int, ...]:
-        """Active or draining members plus this node (§6.3)."""
+        """Active or draining members plus this node (RB §6.3)."""
         view = self._view
         members = () if view is None else view.members
         capable = {m.node for m in members if m.state in _CHECKPOINT_CAPABLE}
@@ -320,7 +320,7 @@ class StoreClusterController:
                 reason=Refusal.NEWER_PROCESS_TERM,
             )
 
-    # -- local fence and transition slots (§6.3) ---------------------------------------------
+    # -- local fence and transition slots (RB §6.3) ---------------------------------------------
     def publish_checkpoint_assignment_fence(self, fence: CheckpointAssignmentFence | None) -> None:
         self._fence = fence if self.process_lease_is_live() else None
 
@@ -369,7 +369,7 @@ class StoreClusterController:
     async def announce_drain_ack(
         self, transition: AssignmentDrainTransition, *, deadline: float
     ) -> None:
-        """§4.6 step 4: check, then write this process's drain ack with exact read-back.
+        """RB §4.6 step 4: check, then write this process's drain ack with exact read-back.
         Refusals: a non-canonical transition is InvalidArgument; a boot that is no longer its
         node's current process is Fenced; the rest are Refused (NOT_A_PREDECESSOR_PARTICIPANT,
         TRANSITION_DIFFERS, PROCESS_LEASE_NOT_LIVE, DRAIN_LEADER_SUPERSEDED)."""
@@ -415,7 +415,7 @@ class StoreClusterController:
     async def drain_ack_quorum_reached(
         self, transition: AssignmentDrainTransition, *, deadline: float
     ) -> bool:
-        """Every §4.6 quorum condition (`rebalance.cluster.drain_acks.quorum_reached`)."""
+        """Every RB §4.6 quorum condition (`rebalance.cluster.drain_acks.quorum_reached`)."""
         async with within_deadline(self.clock, deadline, "drain ack quorum"):
             return await quorum_reached(self, transition, deadline=deadline)
 

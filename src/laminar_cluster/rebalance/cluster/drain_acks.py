@@ -1,9 +1,9 @@
-"""Drain acknowledgement checks and the ack quorum (spec_rebalance §4.6).
+"""Drain acknowledgement checks and the ack quorum (RB §4.6).
 
 Pure helpers plus the read-only quorum evaluation, kept out of the controller so each rule is
 visible in one place. The controller supplies its local state through `AckContext`.
 
-Quorum (every bullet of §4.6 `await_drain_quorum`): the local installed transition is the
+Quorum (every bullet of RB §4.6 `await_drain_quorum`): the local installed transition is the
 transition; the durable leader lease matches `transition.leader`; the current boots of the
 predecessor node ids are exactly the predecessor roster (a restart breaks quorum); the ack slots
 hold exactly one matching ack from every predecessor participant (acks of other nodes are
@@ -52,7 +52,7 @@ class AckContext(Protocol):
 
 
 async def leader_lease_matches(authority: LeaderLeaseStore, proof: LeaderProof) -> bool:
-    """The durable lease's owner (node, boot, process term) and token equal `proof` (§2.1)."""
+    """The durable lease's owner (node, boot, process term) and token equal `proof` (RB §2.1)."""
     lease = await authority.load()
     return lease is not None and lease.proof() == proof
 
@@ -111,7 +111,7 @@ async def _no_decision_yet(authority: LeaderLeaseStore, target_version: int) -> 
 async def quorum_reached(
     context: AckContext, transition: AssignmentDrainTransition, *, deadline: float
 ) -> bool:
-    """§4.6: True only when every quorum condition holds (the caller bounds the deadline)."""
+    """RB §4.6: True only when every quorum condition holds (the caller bounds the deadline)."""
     if not await _installed_and_led(context, transition, deadline):
         return False
     acks = await read_drain_acks(context.store, context.clock, deadline=deadline)

@@ -1,4 +1,4 @@
-"""`VersionedMembers`: the controller's versioned member list (spec_rebalance §4.2, §6.3).
+"""`VersionedMembers`: the controller's versioned member list (RB §4.2, RB §6.3).
 
 The version starts at 0 (nothing observed) and moves by one each time a published view's
 signature (node, observed state, process term) differs from the last one, so the rebalance loop

@@ -1,5 +1,5 @@
-"""Fencing one exact process incarnation by taking over its process lease (spec_rebalance §1.2,
-§2.6 `removed_process_fences`, §6.3 `fence_process_incarnation`; spec_leader_lease §8.2).
+"""Fencing one exact process incarnation by taking over its process lease (RB §1.2,
+RB §2.6 `removed_process_fences`, RB §6.3 `fence_process_incarnation`; ML §8.2).
 
 A recovery successor removes predecessor processes that cannot drain. Each removed process must
 be provably unable to act again: the controller overwrites its node's lease record by
@@ -19,7 +19,7 @@ record's `takeovers` whose predecessor is that boot: exact even when this proces
 the boot (a restarted process fencing its own previous incarnation) and after the new boot
 renewed. Only when the boot is not among them (its takeover was pushed out by 8 newer ones) is the
 fence built from the newest lease of the boot this controller observed and the current record;
-it must then be an immediate takeover (§8.2), else it is refused (Refused,
+it must then be an immediate takeover (ML §8.2), else it is refused (Refused,
 TAKEOVER_NEVER_OBSERVED or TAKEOVER_NOT_IMMEDIATE).
 A node without a lease record cannot be fenced (Refused, NO_LIVE_INCARNATION).
 """
@@ -162,7 +162,7 @@ def _restarted_fence(
 
 
 def _takeover_record(record: NodeLeaseRecord, clock: Clock) -> NodeLeaseRecord:
-    """`record`'s immediate takeover (§8.2), state `left`, its own fence prepended (ML-11)."""
+    """`record`'s immediate takeover (ML §8.2), state `left`, its own fence prepended (ML-11)."""
     lease = record.lease
     successor = ProcessLease(
         node=lease.node,

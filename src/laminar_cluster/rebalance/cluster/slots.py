@@ -1,4 +1,4 @@
-"""Durable per-process control slots (spec_rebalance §2.7, §4.6).
+"""Durable per-process control slots (RB §2.7, RB §4.6).
 
 Each node id owns two objects under `control/processes/node={id:020}/`:
 
@@ -87,7 +87,7 @@ def _participant_problem(participant: FenceParticipant) -> str | None:
 
 
 def adoption_problem(adoption: CheckpointAssignmentAdoption) -> str | None:
-    """§2.7 canonical: node and boot set, version nonzero, vnode count valid, digest nonzero."""
+    """RB §2.7 canonical: node and boot set, version nonzero, vnode count valid, digest nonzero."""
     problem = _participant_problem(adoption.participant)
     if problem is not None:
         return problem
@@ -101,7 +101,7 @@ def adoption_problem(adoption: CheckpointAssignmentAdoption) -> str | None:
 
 
 def drain_ack_problem(ack: DrainAck) -> str | None:
-    """A canonical publisher and a canonical transition (§2.4, §4.6)."""
+    """A canonical publisher and a canonical transition (RB §2.4, RB §4.6)."""
     return _participant_problem(ack.participant) or drain_transition_problem(ack.transition)
 
 
@@ -119,7 +119,7 @@ async def write_process_slot(
     *,
     deadline: float,
 ) -> None:
-    """OVERWRITE the publisher's own slot, then read it back exactly (§2.7)."""
+    """OVERWRITE the publisher's own slot, then read it back exactly (RB §2.7)."""
     kind = (
         SlotKind.ADOPTED_ASSIGNMENT
         if isinstance(record, CheckpointAssignmentAdoption)
@@ -147,7 +147,7 @@ async def write_process_slot(
 async def read_adopted_assignments(
     store: ObjectStore, clock: Clock, *, deadline: float
 ) -> tuple[CheckpointAssignmentAdoption, ...]:
-    """Every node's adoption report, by node id (§2.7)."""
+    """Every node's adoption report, by node id (RB §2.7)."""
     return await _read_kind(
         store, clock, SlotKind.ADOPTED_ASSIGNMENT, CheckpointAssignmentAdoption, deadline
     )
@@ -156,7 +156,7 @@ async def read_adopted_assignments(
 async def read_drain_acks(
     store: ObjectStore, clock: Clock, *, deadline: float
 ) -> tuple[DrainAck, ...]:
-    """Every node's latest drain ack, by node id (§4.6)."""
+    """Every node's latest drain ack, by node id (RB §4.6)."""
     return await _read_kind(store, clock, SlotKind.DRAIN_ACK, DrainAck, deadline)
 
 

@@ -1,4 +1,4 @@
-"""Coordinated-recovery hooks (spec_rebalance §1.3, §4.18; S4, S6, S17).
+"""Coordinated-recovery hooks (RB §1.3, RB §4.18; RB-4, RB-19, RB-15).
 
 Coordinated recovery calls two hooks on a drain whose ack quorum was missed:
 
@@ -10,7 +10,7 @@ Coordinated recovery calls two hooks on a drain whose ack quorum was missed:
   terminal verdict to the replacement source tasks of this process.
 
 Both re-read the head and re-audit after every await that could race another writer, and
-raise Refused with the spec's wording (§9) when anything moved (HEAD_MOVED) or the durable state
+raise Refused with the spec's wording (RB §9) when anything moved (HEAD_MOVED) or the durable state
 is not this round's (NOT_STOPPED_PREDECESSOR, PREDECESSOR_SUPERSEDED, ...): the recovery round
 then yields and retries. A terminal whose shape contradicts its own verdict is CorruptRecord;
 every bounded read that times out is DeadlineExceeded.
@@ -48,7 +48,7 @@ logger: Final = logging.getLogger(__name__)
 
 
 def stopped_recovery_preconditions_hold(ctx: RebalanceContext) -> bool:
-    """§4.18: the engine is the stopped, fenced CREATED generation of coordinated recovery,
+    """RB §4.18: the engine is the stopped, fenced CREATED generation of coordinated recovery,
     and this process is recovering under a live process lease."""
     engine, controller = ctx.engine, ctx.controller
     return (
@@ -228,7 +228,7 @@ async def settle_source_drain_before_recovery_release(
     ctx: RebalanceContext, expected_fence: CheckpointAssignmentFence, *, deadline: float
 ) -> int | None:
     """Re-apply the durable drain terminal at `expected_fence` to this process's replacement
-    source tasks before Release (§4.18); the terminal version, or None when there is nothing
+    source tasks before Release (RB §4.18); the terminal version, or None when there is nothing
     to resolve here. Idempotent; the caller keeps recovery and intake fenced until it returns."""
     controller = ctx.controller
     if not controller.is_recovering() or not ctx.engine.cluster_intake_fenced():

@@ -1,16 +1,16 @@
-"""Our coordinated recovery for a drain whose ack quorum was missed (spec_rebalance §1.3, §4.18).
+"""Our coordinated recovery for a drain whose ack quorum was missed (RB §1.3, RB §4.18).
 
 The spec leaves "coordinated recovery" outside the rebalance module: a protocol that stops the
-complete predecessor roster (the stop quorum), then calls the two §4.18 hooks, then Releases.
+complete predecessor roster (the stop quorum), then calls the two RB §4.18 hooks, then Releases.
 This module is our implementation of it for the one case the control plane creates itself,
-the ack timeout (§4.4 step 6.4): the leader keeps the draining head, marks itself recovering,
-and every later live attempt yields ("yielded to coordinated recovery authority", S17).
+the ack timeout (RB §4.4 step 6.4): the leader keeps the draining head, marks itself recovering,
+and every later live attempt yields ("yielded to coordinated recovery authority", RB-15).
 
 One round (`run_stopped_recovery_round`), on the leader only, while it is recovering and the
 durable head is draining:
 
 1. Stop quorum. Every predecessor process of the drain either durably acked it (it stopped its
-   sources at the exact cut, §4.6, and waits for the verdict) or must be fenced: its process
+   sources at the exact cut, RB §4.6, and waits for the verdict) or must be fenced: its process
    lease is taken over (`controller.fence_process_incarnation`), which succeeds only for a
    process that is dead or left. A process that still renews its lease makes the fence fail
    ("renewed"): the round returns None and the next round tries again. This process itself is
@@ -18,12 +18,12 @@ durable head is draining:
 2. The local engine enters stopped recovery (CREATED, runtime cancelled, intake fenced,
    coordinated recovery in progress; its open drain round becomes the stopped one).
 3. Under the adoption lock (the serialization StoppedRecovery finalization expects of its
-   caller, §4.8 step 2): `settle_stopped_source_drain_after_recovery_quorum` materializes the
+   caller, RB §4.8 step 2): `settle_stopped_source_drain_after_recovery_quorum` materializes the
    drain's Abort (or reconciles a terminal another attempt already made durable).
 4. Release: `settle_source_drain_before_recovery_release` re-applies the durable verdict to
    this process's sources (adopting the terminal when it binds this process).
 5. The engine leaves stopped recovery and the recovering flag is cleared, so the next
-   `try_rebalance` sees the rollback generation and takes the recovery path (§1.2) for the
+   `try_rebalance` sees the rollback generation and takes the recovery path (RB §1.2) for the
    fenced owner.
 
 A failure in steps 2-4 leaves stopped recovery again but keeps the process recovering, so live

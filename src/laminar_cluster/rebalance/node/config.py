@@ -1,5 +1,5 @@
 """`NodeConfig`: the timings of one rebalance node process
-(`rebalance.node.rebalance_node.RebalanceNode`; spec_rebalance §1, §4.2, §4.17), checked when
+(`rebalance.node.rebalance_node.RebalanceNode`; RB §1, RB §4.2, RB §4.17), checked when
 built."""
 
 from __future__ import annotations

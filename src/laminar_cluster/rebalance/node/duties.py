@@ -1,12 +1,12 @@
-"""What a rebalance node's leader does besides `try_rebalance` (spec_rebalance §1.1, §1.2).
+"""What a rebalance node's leader does besides `try_rebalance` (RB §1.1, RB §1.2).
 
 * Seed: when the durable head is empty, the leader saves version 1 (`save_if_absent`) as the
   rendezvous assignment over the assignable nodes' current boots, once membership has been
   quiet for `rebalance_debounce` (so a cluster starting together seeds all its nodes at once).
 * Periodic checkpoint: every `checkpoint_interval_s`, while its fence is installed and no drain
   transition is, the leader commits a cluster checkpoint (`engine.checkpoint_until`), so the
-  recovery path (§1.2) always finds a committed cut of the current generation.
-(The stopped-recovery round of §1.3 runs in the rebalance loop's attempt, not here.)
+  recovery path (RB §1.2) always finds a committed cut of the current generation.
+(The stopped-recovery round of RB §1.3 runs in the rebalance loop's attempt, not here.)
 
 Both run under the node's `leader_work` lock, which the rebalance attempt holds too, so a
 periodic checkpoint never races the pre-rotation checkpoint of a rotation (outcomes must strictly
@@ -100,7 +100,7 @@ class LeaderDuties:
             self._quiet = _Quiet(version=version, since_s=self.ctx.clock.monotonic())
 
     async def _seed_if_empty(self) -> None:
-        """§1.1 boot seed: v1 = rendezvous over the assignable nodes' verified current boots."""
+        """RB §1.1 boot seed: v1 = rendezvous over the assignable nodes' verified current boots."""
         ctx = self.ctx
         deadline = ctx.head_deadline()
         async with within_deadline(ctx.clock, deadline, "assignment head read"):
@@ -134,7 +134,7 @@ class LeaderDuties:
         return verified
 
     async def _checkpoint(self) -> None:
-        """A cluster checkpoint under the installed fence, outside any drain (§1.2 needs a cut)."""
+        """A cluster checkpoint under the installed fence, outside any drain (RB §1.2: a cut)."""
         engine, ctx = self.engine, self.ctx
         self.next_checkpoint_s = ctx.clock.monotonic() + self.checkpoint_interval_s
         fence = engine.installed_fence()

@@ -1,4 +1,4 @@
-"""Leadership of a rebalance node: lease managers back to back (spec_leader_lease §4.9.3, S9).
+"""Leadership of a rebalance node: lease managers back to back (LA §4.9.3, LA-9).
 
 A `LeaderLeaseManager` runs once and ends fenced (shutdown, a missed renewal, durable fencing);
 a higher layer builds the next one, which begins a new term with a new token. `ManagedLeadership`

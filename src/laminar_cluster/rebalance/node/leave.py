@@ -1,4 +1,4 @@
-"""A node process's graceful leave (spec_rebalance §4.17), once `request_leave()` was called.
+"""A node process's graceful leave (RB §4.17), once `request_leave()` was called.
 
 Announce `draining` in the process lease, `wait_until_drained` (no vnodes of this node in an
 authority-audited committed head), wait until the local engine runs an assignment without this

@@ -1,4 +1,4 @@
-"""The rebalance controller loop, on every node (spec_rebalance §4.2).
+"""The rebalance controller loop, on every node (RB §4.2).
 
 It wakes on a membership change (then waits for `rebalance_debounce` of quiet) or on the audit
 tick (`watcher_poll`, first tick immediate, missed ticks skipped), and while this process is
@@ -43,7 +43,7 @@ Attempt = Callable[[RebalanceContext, Sequence[int]], Awaitable[int | None]]
 
 async def rebalance_attempt(ctx: RebalanceContext, live: Sequence[int]) -> int | None:
     """One leader attempt: first a coordinated-recovery round when this process is
-    recovering (a missed ack quorum left a draining head, §1.3), then `try_rebalance`."""
+    recovering (a missed ack quorum left a draining head, RB §1.3), then `try_rebalance`."""
     if ctx.controller.is_recovering():
         settled = await run_stopped_recovery_round(ctx)
         if settled is not None:
@@ -113,7 +113,7 @@ class RebalanceLoop:
             await self._attempt_until_settled(shutdown)
 
     async def _debounce(self, shutdown: asyncio.Event, seen: int) -> int:
-        """Wait until `rebalance_debounce` passes with no further change (§4.2)."""
+        """Wait until `rebalance_debounce` passes with no further change (RB §4.2)."""
         ctx = self.ctx
         watch = ctx.controller.members_watch()
         while not shutdown.is_set():
@@ -149,7 +149,7 @@ class RebalanceLoop:
             else:
                 result = outcome
         if closed:
-            logger.warning("membership watch closed; rebalance loop exits")
+            logger.info("membership watch closed; rebalance loop exits")
             shutdown.set()
         return result
 

@@ -1,4 +1,4 @@
-"""A rebalance node's observable state changes, as log events (spec_rebalance §9 "Logging").
+"""A rebalance node's observable state changes, as log events (RB §9 "Logging").
 
 Every `interval_s` (in memory only, no store requests) it compares what it saw last with:
 leadership (`leader` with the fencing token / `leader_lost`), the members watch (`members`),

@@ -1,4 +1,4 @@
-"""`RebalanceNode`: one process's whole rebalance control plane (spec_rebalance §1, §4.2, §4.17).
+"""`RebalanceNode`: one process's whole rebalance control plane (RB §1, RB §4.2, RB §4.17).
 
 `run()` starts an incarnation: it acquires the node's process lease (a new boot and term),
 activates it and reads the first membership view, each step retried on StoreUnavailable until
@@ -9,13 +9,13 @@ and exits 5), then runs until it leaves, is stopped or is fenced, in one TaskGro
 * the `StoreClusterController`'s discovery refresh every `poll_s`;
 * leadership: `LeaderLeaseManager`s back to back while this node is a candidate
   (`node_leadership.leader_eligible`; a fenced manager is replaced by a new one, which begins
-  a new term, spec_leader_lease S9);
+  a new term, LA-9);
 * the `SnapshotWatcher` (followers and leader alike) and the `RebalanceLoop` (acts while leader;
-  each attempt, `loop.rebalance_attempt`, runs the stopped-recovery round of §1.3 first while
+  each attempt, `loop.rebalance_attempt`, runs the stopped-recovery round of RB §1.3 first while
   this process is recovering, holds `leader_work` and logs `rotated`);
 * `LeaderDuties` (seed v1, periodic checkpoint) and the `NodeMonitor` (log events on state
   changes);
-* graceful leave (`node_leave`, §4.17), once `request_leave()` is called (the CLI's
+* graceful leave (`node_leave`, RB §4.17), once `request_leave()` is called (the CLI's
   SIGTERM/SIGINT): draining, drained, left, then stop (exit 0; exit 4 out of leave time).
 
 A fenced incarnation (its lease lapsed, or was taken over) is followed by a new one once the
@@ -381,7 +381,7 @@ class RebalanceNode:
         await keep_renewed(holder, self.clock, interval_s=self.config.renew_interval_s)
 
     async def _leave_when_asked(self, holder: ProcessLeaseHolder) -> None:
-        """§4.17 graceful exit (`node_leave`), then shutdown."""
+        """RB §4.17 graceful exit (`node_leave`), then shutdown."""
         assert self.ctx is not None and self.engine is not None
         leave = GracefulLeave(holder, self.clock, self.config, self.log, self.ctx, self.engine)
         exit_code = await leave.when_asked(self.leave_requested, self.shutdown)

@@ -1,7 +1,7 @@
-"""Startup selection and graceful exit (spec_rebalance §4.17; S4, S11).
+"""Startup selection and graceful exit (RB §4.17; RB-4, RB-10).
 
 * `startup_committed_assignment`: the assignment a starting process may run. A draining head has
-  not transferred ownership (S4), so startup keeps its exact audited predecessor; a process
+  not transferred ownership (RB-4), so startup keeps its exact audited predecessor; a process
   never starts on a draining target.
 * `wait_until_drained`: a node leaving gracefully polls until an authority-backed committed
   head gives it no vnodes. It fails closed: a missing head, a draining head, a terminal it
@@ -48,11 +48,10 @@ from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.rebalance.audit.drain import (
     audit_snapshot_authority_outcome,
     finalized_drain_outcome,
-    predecessor_lost,
     verdict_outcome,
 )
 from laminar_cluster.rebalance.context import RebalanceContext
-from laminar_cluster.rebalance.refusals import Refusal
+from laminar_cluster.rebalance.refusals import Refusal, predecessor_lost
 
 logger: Final = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ logger: Final = logging.getLogger(__name__)
 async def startup_committed_assignment(
     ctx: RebalanceContext, head: AssignmentSnapshot, *, deadline: float | None = None
 ) -> AssignmentSnapshot:
-    """The committed assignment a starting process adopts (§4.17): `head` itself when it is
+    """The committed assignment a starting process adopts (RB §4.17): `head` itself when it is
     committed, else the exact committed predecessor its drain transition binds. Every read is
     bounded by `deadline` (default `now + checkpoint_timeout`)."""
     deadline = ctx.head_deadline() if deadline is None else deadline
@@ -131,7 +130,7 @@ async def wait_until_drained(
 ) -> bool:
     """Poll until an authority-backed committed head gives node `me` no vnode (True), or
     `deadline` (absolute `clock.monotonic()`) passes (False). A head load that outlives the
-    deadline returns False at once (§4.17)."""
+    deadline returns False at once (RB §4.17)."""
     if not poll_s > 0:
         raise InvalidArgument(f"wait_until_drained: poll_s must be > 0, not {poll_s!r}")
     remaining_s = deadline - clock.monotonic()
@@ -187,7 +186,7 @@ async def audit_head_with_authority(
     authority: LeaderLeaseStore | None,
     snapshot: AssignmentSnapshot,
 ) -> None:
-    """A head's durable authority edge, without a context (§4.17
+    """A head's durable authority edge, without a context (RB §4.17
     `audit_materialized_drain_with_authority`): nothing for a draining head or version 1;
     a drain terminal needs its decision, its exact committed predecessor and a matching
     verdict; a recovery generation needs its decision, its staged proposal and its exact

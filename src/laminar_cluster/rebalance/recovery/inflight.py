@@ -1,4 +1,4 @@
-"""Settling the predecessor's in-flight checkpoint after recovery (spec_rebalance §4.10; S16).
+"""Settling the predecessor's in-flight checkpoint after recovery (RB §4.10; RB-20).
 
 A recovery successor restores from the recovery checkpoint, so a checkpoint attempt the
 predecessor generation had in flight must never commit afterwards. The handoff pin already
@@ -18,7 +18,7 @@ its ID lies above the highest terminal cluster outcome and either
   predecessor's (a wrongly aborted target attempt only fails and is retried: safety holds).
 
 Settling the highest such ID settles every lower one too (outcomes strictly increase). The
-capsules are **not** deleted here (§4.10 step 9): cleanup stays behind the stop quorum.
+capsules are **not** deleted here (RB §4.10 step 9): cleanup stays behind the stop quorum.
 
 Deviation: a capsule fenced by a generation older than the predecessor is settled too (the
 seed errs on any fence but the predecessor's and the target's). Without a durable in-flight
@@ -27,8 +27,8 @@ terminal outcome under the drain's predecessor fence, and would fail every recov
 Such an attempt can never commit (the pin refuses any Commit outside the target), so aborting
 it under the predecessor fence only makes its end durable.
 
-Deviation: a cluster outcome must name its leader in its fence (checkpoint §3.3), so a leader
-that is not a participant of the predecessor fence (a replacement boot, T48/T53) cannot record
+Deviation: a cluster outcome must name its leader in its fence (CD §3.3), so a leader that
+is not a participant of the predecessor fence (a replacement boot, RB-T48/RB-T53) cannot record
 that Abort. It logs and leaves the attempt to the pin and the monotonic outcome order, which
 already prevent it from ever committing.
 
@@ -108,7 +108,7 @@ class _Recovery:
 async def abort_predecessor_checkpoint_for_recovery(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
 ) -> None:
-    """§4.10: settle the predecessor's in-flight attempt as Abort (leader only; idempotent)."""
+    """RB §4.10: settle the predecessor's in-flight attempt as Abort (leader only; idempotent)."""
     if ctx.controller.capture_leader_proof() is None:
         return
     audited = await audit_snapshot_authority_outcome(ctx, snapshot, deadline=deadline)
@@ -122,7 +122,7 @@ async def settle_predecessor_checkpoint(
     *,
     deadline: float,
 ) -> None:
-    """§4.10 steps 2-9 for an already audited recovery generation `snapshot`."""
+    """RB §4.10 steps 2-9 for an already audited recovery generation `snapshot`."""
     proof = ctx.controller.capture_leader_proof()
     if proof is None:
         return

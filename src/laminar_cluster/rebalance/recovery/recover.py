@@ -1,4 +1,4 @@
-"""The recovery path, leader side (spec_rebalance §1.2, §4.9, §4.14 `adopt_any`; S14, S15).
+"""The recovery path, leader side (RB §1.2, RB §4.9, RB §4.14 `adopt_any`; RB-13, RB-14).
 
 When some predecessor owner cannot certify its source cut, the leader moves to a *recovery
 successor*: it closes local authority and lease-fences every removed predecessor process,
@@ -9,14 +9,14 @@ fenced by the predecessor and reassignment-portable), records an immutable
 participant then faults, settles the predecessor's in-flight checkpoint (leader only) and
 restores cold from the recovery checkpoint.
 
-* `authorize_recovery_successor` (§4.9), `materialize_recovery_decision`,
+* `authorize_recovery_successor` (RB §4.9), `materialize_recovery_decision`,
   `reconcile_pending_recovery_decision`: decide, install, and finish what a crashed leader left.
-* `adopt_materialized_recovery_head` (§4.3 step 11), `prepare_recovery_assignment_adoption`,
-  `prepare_watched_recovery_adoption` (the watcher's variant, §4.11 B), `adopt_any` (§4.14) and
-  `require_recovery_cold_bootstrap`: adopt a recovery generation locally.
-* `abort_predecessor_checkpoint_for_recovery` (§4.10) lives in `recovery_inflight`.
+* `adopt_materialized_recovery_head` (RB §4.3 step 11), `prepare_recovery_assignment_adoption`,
+  `prepare_watched_recovery_adoption` (the watcher's variant, RB §4.11 B), `adopt_any`
+  (RB §4.14) and `require_recovery_cold_bootstrap`: adopt a recovery generation locally.
+* `abort_predecessor_checkpoint_for_recovery` (RB §4.10) lives in `recovery_inflight`.
 
-Pruning after materialization runs inline and best effort (`finalize.prune_after`), not in a
+Pruning after materialization runs inline and best effort (`history.prune_after`), not in a
 background task: STYLE forbids tasks outside a TaskGroup, and an inline prune cannot be lost.
 
 Errors: no live leader proof is Fenced; a process that still renews is Refused (PROCESS_RENEWED,
@@ -68,13 +68,13 @@ from laminar_cluster.rebalance.gates import (
     ensure_local_recovery_fault,
     suspend_recovery_assignment_authority,
 )
+from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import EngineState, cut_name, recovery_cut
 from laminar_cluster.rebalance.recovery.inflight import (
     abort_predecessor_checkpoint_for_recovery,
     settle_predecessor_checkpoint,
 )
 from laminar_cluster.rebalance.refusals import Refusal
-from laminar_cluster.rebalance.rotation.finalize import prune_after
 
 __all__ = [
     "abort_predecessor_checkpoint_for_recovery",
@@ -96,7 +96,7 @@ _COLD_STATES: Final = frozenset({EngineState.CREATED, EngineState.FAULTED})
 def removed_predecessor_processes(
     predecessor: CheckpointAssignmentFence, target: CheckpointAssignmentFence
 ) -> list[FenceParticipant]:
-    """Predecessor processes whose exact (node, boot) the target no longer certifies (§2.6)."""
+    """Predecessor processes whose exact (node, boot) the target no longer certifies (RB §2.6)."""
     return [
         p
         for p in predecessor.participants
@@ -110,7 +110,7 @@ async def authorize_recovery_successor(
     proposal: AssignmentSnapshot,
     reason: str,
 ) -> AssignmentRecoveryDecision:
-    """§4.9 `authorize_recovery_successor`: fence the removed processes, then record the
+    """RB §4.9 `authorize_recovery_successor`: fence the removed processes, then record the
     recovery decision (or obey the winner already recorded for that version)."""
     predecessor, target = snapshot_fence(current), snapshot_fence(proposal)
     version = proposal.assignment_version
@@ -118,7 +118,7 @@ async def authorize_recovery_successor(
     removed = removed_predecessor_processes(predecessor, target)
     if not removed:
         raise InvalidArgument(f"recovery assignment {version} removes no predecessor process")
-    # S14: every removed process is lease-fenced before anything is recorded.
+    # RB-13: every removed process is lease-fenced before anything is recorded.
     fences = await close_local_assignment_authority(ctx, target, removed, deadline=deadline)
     async with within_deadline(ctx.clock, deadline, f"recovery assignment {version} staging"):
         ref = await ctx.snapshots.stage_recovery_proposal(proposal)
@@ -151,7 +151,7 @@ async def authorize_recovery_successor(
         ctx.authority, proof, request, ctx.snapshots, deadline=deadline
     )
     decision = recorded.winner if isinstance(recorded, DecisionConflict) else recorded.decision
-    logger.warning(
+    logger.info(  # a decision taken, not a fault
         "assignment %d: recovery successor %d authorized (%s); %s",
         current.assignment_version,
         decision.target_version,
@@ -164,8 +164,8 @@ async def authorize_recovery_successor(
 async def choose_recovery_checkpoint(
     ctx: RebalanceContext, predecessor: CheckpointAssignmentFence
 ) -> RecoveryCapsuleRef | None:
-    """§4.9 steps 9-10: the predecessor's active handoff pin, else the latest committed cluster
-    checkpoint fenced by the predecessor; either way the latest Commit, portable (S15).
+    """RB §4.9 steps 9-10: the predecessor's active handoff pin, else the latest committed cluster
+    checkpoint fenced by the predecessor; either way the latest Commit, portable (RB-14).
 
     None (the initial state, LA-20) when no cluster checkpoint has committed: there is nothing
     committed to restore or to lose. The authority admits such a decision only while its head
@@ -201,7 +201,7 @@ async def choose_recovery_checkpoint(
 async def materialize_recovery_decision(
     ctx: RebalanceContext, decision: AssignmentRecoveryDecision, *, timeout_s: float
 ) -> int:
-    """§4.9 `materialize_recovery_decision`: install the decided successor and adopt it."""
+    """RB §4.9 `materialize_recovery_decision`: install the decided successor and adopt it."""
     deadline = ctx.deadline_in(timeout_s)
     version = decision.target_version
     proof = ctx.controller.capture_leader_proof()
@@ -228,9 +228,9 @@ async def materialize_recovery_decision(
             reason=Refusal.DECISION_MISMATCH,
         )
     if replaced:
-        # Deviation from §4.9 step 4 (which errs): the decision is durable and names our
+        # Deviation from RB §4.9 step 4 (which errs): the decision is durable and names our
         # previous boot, so only writing its snapshot lets anyone move on; we never run it. The
-        # next attempt recovers that boot out of it like any replaced boot (T48).
+        # next attempt recovers that boot out of it like any replaced boot (RB-T48).
         logger.warning(
             "recovery assignment %d certifies a previous boot of node-%d: materialized, not "
             "adopted",
@@ -245,7 +245,7 @@ async def materialize_recovery_decision(
     try:
         async with within_deadline(ctx.clock, ctx.head_deadline(), f"assignment {version} prune"):
             await prune_after(ctx, version, proof)
-    except DeadlineExceeded as error:  # best effort (§9 "Pruning"); the next rotation retries
+    except DeadlineExceeded as error:  # best effort (RB §9 "Pruning"); the next rotation retries
         logger.warning("recovery assignment %d: prune incomplete: %s", version, error)
     return version
 
@@ -253,7 +253,7 @@ async def materialize_recovery_decision(
 async def reconcile_pending_recovery_decision(
     ctx: RebalanceContext, current: AssignmentSnapshot
 ) -> int | None:
-    """§4.9: materialize a recovery decision recorded for `current + 1`, if there is one."""
+    """RB §4.9: materialize a recovery decision recorded for `current + 1`, if there is one."""
     target_version = current.assignment_version + 1
     async with within_deadline(
         ctx.clock, ctx.head_deadline(), f"pending recovery decision {target_version}"
@@ -276,7 +276,7 @@ async def reconcile_pending_recovery_decision(
 async def adopt_materialized_recovery_head(
     ctx: RebalanceContext, current: AssignmentSnapshot
 ) -> int:
-    """§4.3 step 11: this process lags behind a durable recovery head that binds it."""
+    """RB §4.3 step 11: this process lags behind a durable recovery head that binds it."""
     deadline = ctx.head_deadline()
     audited = await audit_snapshot_authority_outcome(ctx, current, deadline=deadline)
     await _adopt_recovery(ctx, current, audited, deadline=deadline)
@@ -293,7 +293,7 @@ async def adopt_materialized_recovery_head(
 async def adopt_any(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
 ) -> None:
-    """§4.14: validate a draining head (ownership never moves on one, S4), adopt a recovery
+    """RB §4.14: validate a draining head (ownership never moves on one, RB-4), adopt a recovery
     generation through the recovery path, and any other committed head plainly."""
     audited = await audit_snapshot_authority_outcome(ctx, snapshot, deadline=deadline)
     if snapshot.draining:
@@ -330,7 +330,7 @@ def release_after_recovery_adoption(ctx: RebalanceContext, scope: RecoveryScope)
 async def prepare_recovery_assignment_adoption(
     ctx: RebalanceContext, snapshot: AssignmentSnapshot, *, deadline: float
 ) -> RecoveryScope:
-    """§4.9 step 6: suspend; a participant then faults, settles the predecessor's in-flight
+    """RB §4.9 step 6: suspend; a participant then faults, settles the predecessor's in-flight
     checkpoint (leader only) and must be able to bootstrap cold. Returns the local scope."""
     await suspend_recovery_assignment_authority(ctx, deadline=deadline)
     scope = local_recovery_assignment_scope(snapshot, ctx.me)
@@ -349,7 +349,7 @@ async def prepare_watched_recovery_adoption(
     *,
     deadline: float,
 ) -> int:
-    """The watcher's variant (§4.11 B), after it suspended authority itself and found this
+    """The watcher's variant (RB §4.11 B), after it suspended authority itself and found this
     process a participant: fault, settle the predecessor's in-flight checkpoint with the
     watcher's audit, check the cold bootstrap. Returns the engine's authority revision."""
     version = snapshot.assignment_version

@@ -1,8 +1,8 @@
-"""Deciding and materializing a drain's terminal (spec_rebalance §4.8; S5, S6, S7, S9, S17).
+"""Deciding and materializing a drain's terminal (RB §4.8; RB-5, RB-19, RB-6, RB-8, RB-15).
 
 The decision is recorded in the leader authority first (first writer wins per target version;
 a losing request adopts the winner's verdict), then exactly one terminal object is created at
-the draining version. Neither write is bounded by a deadline once started (§4.19): abandoning
+the draining version. Neither write is bounded by a deadline once started (RB §4.19): abandoning
 them could leave a decided but unmaterialized drain, which the next attempt would only redo.
 Only the lock wait is bounded.
 
@@ -27,7 +27,6 @@ from laminar_cluster.assignment.model import (
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import Conflict
-from laminar_cluster.authority.assignment_chain import prune_assignment_drain_decisions_before
 from laminar_cluster.authority.assignment_decisions import (
     DecisionConflict,
     new_drain_decision,
@@ -54,11 +53,12 @@ from laminar_cluster.lease.records import (
 from laminar_cluster.rebalance.audit.binding import assignment_binds_local_process
 from laminar_cluster.rebalance.audit.drain import finalized_drain_outcome, local_drain_participant
 from laminar_cluster.rebalance.context import RebalanceContext
+from laminar_cluster.rebalance.history import prune_after
 from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.rebalance.refusals import Refusal
 
 logger: Final = logging.getLogger(__name__)
-# Decision record and finalize object are not abandoned once started (§4.19); this bound only
+# Decision record and finalize object are not abandoned once started (RB §4.19); this bound only
 # stops a store that never answers from hanging the controller forever.
 _UNBOUNDED_WRITE_S: Final = 3600.0
 
@@ -77,7 +77,7 @@ async def finalize_drain_snapshot(
     handoff: RecoveryCapsuleRef | None,
     mode: FinalizeMode,
 ) -> int:
-    """Decide and materialize the terminal of `draining`; returns its version (§4.8)."""
+    """Decide and materialize the terminal of `draining`; returns its version (RB §4.8)."""
     if mode is FinalizeMode.STOPPED_RECOVERY and (
         requested is not SourceDrainOutcome.ABORT or handoff is not None
     ):
@@ -165,7 +165,7 @@ async def _decide(
     requested: SourceDrainOutcome,
     handoff: RecoveryCapsuleRef | None,
 ) -> tuple[AssignmentDrainTransition, AssignmentDrainDecision, LeaderProof]:
-    """§4.8 steps 3-6: record the requested verdict, or obey the winner already recorded."""
+    """RB §4.8 steps 3-6: record the requested verdict, or obey the winner already recorded."""
     transition = draining.drain_transition
     version = draining.assignment_version
     if transition is None or snapshot_fence(predecessor) != transition.predecessor:
@@ -213,7 +213,7 @@ async def _adopt_locally(
     transition: AssignmentDrainTransition,
     outcome: SourceDrainOutcome,
 ) -> None:
-    """§4.8 step 12: the leader runs the terminal and resolves its own source drain."""
+    """RB §4.8 step 12: the leader runs the terminal and resolves its own source drain."""
     if not assignment_binds_local_process(durable, ctx.me):
         logger.info(
             "assignment %d: terminal names a predecessor process; local adoption waits for a "
@@ -233,7 +233,7 @@ async def _adopt_locally(
 def clear_settled_source_drain(
     ctx: RebalanceContext, transition: AssignmentDrainTransition
 ) -> None:
-    """§4.8 step 13: clear our installed transition if it is this one."""
+    """RB §4.8 step 13: clear our installed transition if it is this one."""
     installed = ctx.controller.checkpoint_drain_transition()
     if installed is None:
         return
@@ -247,24 +247,3 @@ def clear_settled_source_drain(
             "the settled source-drain transition could not be cleared",
             reason=Refusal.TRANSITION_DIFFERS,
         )
-
-
-async def prune_after(ctx: RebalanceContext, version: int, proof: object) -> None:
-    """Keep the pair [v-1, v]: snapshots first, then decisions (S19). Best effort."""
-    before = version - 1
-    if before <= 0:
-        return
-    try:
-        await ctx.snapshots.prune_before(before)
-    except LaminarError as error:
-        logger.warning("assignment snapshot prune before %d failed: %s", before, error)
-        return
-    current = ctx.controller.capture_leader_proof()
-    if current is None or current != proof:
-        return
-    try:
-        await prune_assignment_drain_decisions_before(
-            ctx.authority, current, before, deadline=ctx.head_deadline()
-        )
-    except LaminarError as error:
-        logger.warning("assignment decision prune before %d failed: %s", before, error)

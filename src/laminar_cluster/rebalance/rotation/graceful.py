@@ -1,5 +1,5 @@
 """Graceful rotation: publish the drain, collect the exact ack quorum, take the pre-rotation
-checkpoint and finalize (spec_rebalance §4.4-§4.7; S8, S9, S10, S18).
+checkpoint and finalize (RB §4.4-§4.7; RB-7, RB-8, RB-9, RB-16).
 
 Errors keep the kind of their cause: a failure of a step after the drain was published is
 re-raised as the kind of the error that ended it (`errors.restated`), so a Fenced stays
@@ -48,7 +48,7 @@ logger: Final = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Deferred:
-    """Nothing was attempted: recovery or a dead proof came first (§4.5)."""
+    """Nothing was attempted: recovery or a dead proof came first (RB §4.5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ async def execute_graceful_rotation(
     new_owners: Sequence[int],
     participants: Sequence[FenceParticipant],
 ) -> int | None:
-    """§4.4: None when deferred, the settled version otherwise (errors: module docstring)."""
+    """RB §4.4: None when deferred, the settled version otherwise (errors: module docstring)."""
     leader = ctx.controller.capture_leader_proof()
     if leader is None:
         raise Fenced("graceful rotation requires a live leader proof")
@@ -96,7 +96,7 @@ async def _publish_drain(
     drain: AssignmentSnapshot,
     transition: AssignmentDrainTransition,
 ) -> RotateResult | None:
-    """§4.4 step 4: preflight and CAS under the adoption lock; None when deferred."""
+    """RB §4.4 step 4: preflight and CAS under the adoption lock; None when deferred."""
     deadline = ctx.head_deadline()
     try:
         async with within_deadline(ctx.clock, deadline, "graceful rotation lock"):
@@ -141,7 +141,7 @@ async def _preflight(
     transition: AssignmentDrainTransition,
     deadline: float,
 ) -> bool:
-    """§4.4 steps 4.1-4.4: False defers the rotation to a later attempt."""
+    """RB §4.4 steps 4.1-4.4: False defers the rotation to a later attempt."""
     local = ctx.engine.registry()
     if local.version != current.assignment_version or local.owners != current.owners:
         raise Refused(
@@ -174,7 +174,7 @@ def _authority_changed(ctx: RebalanceContext, transition: AssignmentDrainTransit
 async def reconcile_drain_publication(
     ctx: RebalanceContext, drain: AssignmentSnapshot, prior_version: int
 ) -> Resolved | Deferred:
-    """§4.5, S18: no deadline. Once a create may have landed, only its outcome ends the loop,
+    """RB §4.5, RB-16: no deadline. Once a create may have landed, only its outcome ends the loop,
     so the adoption lock is never released while the drain could still appear."""
     transition = drain.drain_transition
     assert transition is not None
@@ -209,7 +209,7 @@ async def _run_published_drain(
     drain: AssignmentSnapshot,
     transition: AssignmentDrainTransition,
 ) -> int:
-    """§4.4 step 6: acks, checkpoint, decision, terminal."""
+    """RB §4.4 step 6: acks, checkpoint, decision, terminal."""
     version = drain.assignment_version
     drain_deadline = ctx.deadline_in(ctx.config.drain_ack_timeout_s)
     acked = True
@@ -268,7 +268,7 @@ async def prepare_and_announce_local_drain(
     *,
     deadline: float,
 ) -> None:
-    """§4.6: stop local sources at one cut, re-audit, then write the durable ack."""
+    """RB §4.6: stop local sources at one cut, re-audit, then write the durable ack."""
     await ctx.engine.prepare_local_source_drain(transition, participant, deadline=deadline)
     await audit_exact_drain_head(ctx, draining, deadline=deadline)
     if ctx.controller.checkpoint_drain_transition() != transition:
@@ -282,7 +282,7 @@ async def prepare_and_announce_local_drain(
 async def await_drain_quorum(
     ctx: RebalanceContext, transition: AssignmentDrainTransition, *, deadline: float
 ) -> bool:
-    """Poll the exact predecessor-roster quorum until `deadline` (§4.6). Read errors are
+    """Poll the exact predecessor-roster quorum until `deadline` (RB §4.6). Read errors are
     logged and retried; they never count as quorum."""
     clock = ctx.clock
     while True:
@@ -300,7 +300,7 @@ async def await_drain_quorum(
 async def pre_rotation_checkpoint(
     ctx: RebalanceContext, transition: AssignmentDrainTransition
 ) -> RecoveryCapsuleRef:
-    """§4.7: a complete checkpoint under the predecessor fence, verified in the authority.
+    """RB §4.7: a complete checkpoint under the predecessor fence, verified in the authority.
     A failed checkpoint keeps its error's kind (reason HANDOFF_CHECKPOINT_FAILED); a committed
     outcome that is not the predecessor's cut is CorruptRecord (HANDOFF_NOT_PREDECESSOR_CUT)."""
     failed = Refusal.HANDOFF_CHECKPOINT_FAILED

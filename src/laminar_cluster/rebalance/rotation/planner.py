@@ -1,4 +1,4 @@
-"""`try_rebalance`: the leader's decision procedure (spec_rebalance §4.3).
+"""`try_rebalance`: the leader's decision procedure (RB §4.3).
 
 One attempt: audit the durable head, settle whatever a crashed leader left (orphan drain,
 pending recovery decision, lagging adoption), then plan the rendezvous target over the
@@ -56,7 +56,7 @@ def owners_of(snapshot: AssignmentSnapshot, vnode_count: int) -> list[int]:
 
 
 async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | None:
-    """§4.3 steps 1-17."""
+    """RB §4.3 steps 1-17."""
     head_deadline = ctx.head_deadline()
     current, authority = await _audited_head(ctx, head_deadline)
     if authority.is_recovery:
@@ -105,7 +105,7 @@ async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | Non
 async def _audited_head(
     ctx: RebalanceContext, deadline: float
 ) -> tuple[AssignmentSnapshot, AuditedAssignmentAuthority]:
-    """§4.3 steps 1-2: the durable head and its authority audit, bounded by `deadline`."""
+    """RB §4.3 steps 1-2: the durable head and its authority audit, bounded by `deadline`."""
     try:
         async with within_deadline(ctx.clock, deadline, "durable assignment head audit"):
             current = await ctx.snapshots.load()
@@ -140,7 +140,7 @@ def _require_head_not_behind(
 async def _settle_propagated_successor(
     ctx: RebalanceContext, current: AssignmentSnapshot, successor: CheckpointAssignmentFence
 ) -> int:
-    """§4.3 step 6: materialize the recovery successor `current`'s pin was propagated to."""
+    """RB §4.3 step 6: materialize the recovery successor `current`'s pin was propagated to."""
     settled = await recovery.reconcile_pending_recovery_decision(ctx, current)
     if settled is None:
         raise Refused(
@@ -162,7 +162,7 @@ def _roster_is_live(
     current_owners: Sequence[int],
     successor_processes: Sequence[FenceParticipant],
 ) -> bool:
-    """The admitted successor processes are exactly `current`'s roster (§4.3 step 10)."""
+    """The admitted successor processes are exactly `current`'s roster (RB §4.3 step 10)."""
     try:
         return (
             tuple(successor_participants(current_owners, successor_processes))
@@ -173,7 +173,7 @@ def _roster_is_live(
 
 
 async def _abort_orphan_drain(ctx: RebalanceContext, current: AssignmentSnapshot) -> int:
-    """§4.3 step 7: a durable drain never stays without an outcome."""
+    """RB §4.3 step 7: a durable drain never stays without an outcome."""
     version = current.assignment_version
     prior = await ctx.snapshots.load_version(version - 1)
     if prior is None:
@@ -198,7 +198,7 @@ async def _abort_orphan_drain(ctx: RebalanceContext, current: AssignmentSnapshot
 async def _admitted_successors(
     ctx: RebalanceContext, live: Sequence[int]
 ) -> tuple[list[int], list[FenceParticipant]]:
-    """§4.3 step 9: current boots, still lease owners, admitted (not quarantined)."""
+    """RB §4.3 step 9: current boots, still lease owners, admitted (not quarantined)."""
     ids = sorted(set(live))
     controller = ctx.controller
     observed = await controller.available_recovery_participant_incarnations(
@@ -221,7 +221,7 @@ async def predecessor_cut_unavailability(
     current_owners: Sequence[int],
     successors: Sequence[int],
 ) -> str | None:
-    """§4.3 step 15: why some predecessor owner cannot certify its source cut, or None."""
+    """RB §4.3 step 15: why some predecessor owner cannot certify its source cut, or None."""
     controller = ctx.controller
     ids = [p.node_id for p in current.participants]
     try:
@@ -277,7 +277,7 @@ async def _plan(
     successors: list[int],
     successor_processes: list[FenceParticipant],
 ) -> int | None:
-    """§4.3 steps 14-17."""
+    """RB §4.3 steps 14-17."""
     new_owners = rendezvous_assignment(ctx.vnode_count, successors)
     participants = list(successor_participants(new_owners, successor_processes))
     roster_changed = tuple(participants) != current.participants

@@ -1,10 +1,10 @@
 """`publish_authority`: the watcher's per-tick re-publication of this process's vnode-state
-report and of the owner-complete transport/checkpoint fence (spec_rebalance §4.12; S13, S20).
+report and of the owner-complete transport/checkpoint fence (RB §4.12; RB-12, RB-18).
 
 A fence is activated only for the exact committed snapshot the local registry runs, and only
-when every current participant has durably reported adopting exactly that map (S20). Any sign
+when every current participant has durably reported adopting exactly that map (RB-18). Any sign
 that another path closed authority since the tick read the head (the engine's authority
-revision moved) closes again and marks the watcher dirty; the next tick re-reads (S13).
+revision moved) closes again and marks the watcher dirty; the next tick re-reads (RB-12).
 
 Our engine's `activate_authority` does not take the controller (the Rust
 `activate_watcher_assignment_authority` does), so after an installed activation this module
@@ -38,8 +38,15 @@ from laminar_cluster.rebalance.watcher.state import FenceIdentity, WatcherState
 logger: Final = logging.getLogger(__name__)
 
 
+# A routine wait (a fresh cluster, a full restart), not a fault: INFO, in plain words.
+CERTIFICATE_WAIT = (
+    "waiting for the owner-complete assignment certificate (every owner reports its vnode "
+    "state); the assignment authority starts once it is complete"
+)
+
+
 class PlacementSink(Protocol):
-    """Where the watcher publishes placement metrics (§3.4, §6.5). The metrics layer (above
+    """Where the watcher publishes placement metrics (RB §3.4, RB §6.5). The metrics layer (above
     rebalance) implements it: reset the `placement_vnodes_per_domain` gauge vector, set one
     series per domain, and set `placement_blast_radius_ratio`."""
 
@@ -54,7 +61,7 @@ async def publish_authority(
     timeout_s: float,
     metrics: PlacementSink | None = None,
 ) -> None:
-    """§4.12, bounded by a fresh `timeout_s`. `revision` is the engine's authority revision
+    """RB §4.12, bounded by a fresh `timeout_s`. `revision` is the engine's authority revision
     the tick read before it loaded the head."""
     deadline = ctx.deadline_in(timeout_s)
     engine = ctx.engine
@@ -92,7 +99,7 @@ async def publish_authority(
                 await suspend_local_assignment_authority(ctx, deadline=deadline)
             except STEP_FAILURES as error:
                 logger.warning("authority suspension failed: %s", error)
-            logger.warning("owner-complete assignment certificate unavailable; authority suspended")
+            logger.info(CERTIFICATE_WAIT)
         return
     transition = state.durable_drain_transition
     if transition is not None and transition.predecessor != fence:
@@ -120,7 +127,7 @@ async def _publish_report(
     exact: CheckpointAssignmentFence,
     deadline: float,
 ) -> bool:
-    """§4.12 step 4: always write the report (other paths write the same slot). A process
+    """RB §4.12 step 4: always write the report (other paths write the same slot). A process
     that is not an exact participant reports `false`: its durable "topology observed" ack."""
     me = ctx.me
     try:
@@ -178,7 +185,7 @@ async def _activate(
     revision: int,
     deadline: float,
 ) -> None:
-    """§4.12 step 9: install `fence` (and `transition`) unless the revision moved."""
+    """RB §4.12 step 9: install `fence` (and `transition`) unless the revision moved."""
     engine, controller = ctx.engine, ctx.controller
     if state.installed_fence is not None and state.installed_fence != identity:
         _withdraw(ctx)
@@ -221,7 +228,7 @@ def _close(ctx: RebalanceContext, state: WatcherState, reason: str) -> None:
 def publish_placement_metrics(
     ctx: RebalanceContext, local: RegistrySnapshot, sink: PlacementSink
 ) -> None:
-    """§3.4: placement of the local registry over the assignable members and their failure
+    """RB §3.4: placement of the local registry over the assignable members and their failure
     domains, at the configured isolation tier."""
     assignable = set(ctx.controller.assignable_instances())
     nodes = [

@@ -1,10 +1,10 @@
-"""Follower-side drain settlement and the watcher's exact-edge helpers (spec_rebalance §4.11,
-§4.13; S4, S12, S13).
+"""Follower-side drain settlement and the watcher's exact-edge helpers (RB §4.11,
+RB §4.13; RB-4, RB-11, RB-12).
 
 A follower that acknowledged a drain (or that is a predecessor participant of an audited drain
 terminal) must apply the terminal's verdict to its own sources: Commit releases the partitions
 moving away at the prepared cut, Abort resumes them. It does so only at exactly the target
-generation with identical owners (S12), and holds intake closed until it has (S13).
+generation with identical owners (RB-11), and holds intake closed until it has (RB-12).
 
 Every function takes the watcher's `WatcherState` and mutates only it; durable effects go
 through the engine and controller.
@@ -66,11 +66,11 @@ async def install_checkpoint_drain_transition(
     *,
     deadline: float,
 ) -> AssignmentSnapshot:
-    """§4.11: install `transition` in the controller under the adoption lock, after re-auditing
+    """RB §4.11: install `transition` in the controller under the adoption lock, after re-auditing
     that `draining` is still the exact unfinalized head; returns the audited predecessor.
 
     Installing under the lock means a checkpoint admitted later sees the drain, and one admitted
-    earlier already prepared against the predecessor (§4.4 step 4.6)."""
+    earlier already prepared against the predecessor (RB §4.4 step 4.6)."""
     if ctx.controller.checkpoint_drain_transition() == transition:
         return predecessor
     async with adoption_lock(ctx, deadline, "drain transition installation"):
@@ -95,9 +95,9 @@ async def ensure_current_assignment_authority_cached(
     *,
     deadline: float,
 ) -> None:
-    """§4.11: cache the exact committed snapshot at the local version, which must be the
+    """RB §4.11: cache the exact committed snapshot at the local version, which must be the
     audited successor's retained predecessor, so publication keeps the predecessor authority
-    while the successor cannot be adopted yet (S12)."""
+    while the successor cannot be adopted yet (RB-11)."""
     local = ctx.engine.registry()
     expected = audited_successor.retained_predecessor(local.version)
     cached = state.durable_snapshot
@@ -146,7 +146,7 @@ async def settle_terminal_drain(
     deadline: float,
     revision: int,
 ) -> tuple[bool, int]:
-    """§4.13 for the committed head `snapshot`: (False, _) skips the rest of the tick; the
+    """RB §4.13 for the committed head `snapshot`: (False, _) skips the rest of the tick; the
     second value is the authority revision the tick continues with."""
     transition = state.active_local_drain
     if (
@@ -204,7 +204,7 @@ async def settle_terminal_drain(
 def _stopped_recovery_owns_round(
     ctx: RebalanceContext, transition: AssignmentDrainTransition, round_id: AssignmentDrainId
 ) -> bool:
-    """§4.13 step 3: coordinated recovery stopped this round's source tasks."""
+    """RB §4.13 step 3: coordinated recovery stopped this round's source tasks."""
     engine = ctx.engine
     return (
         engine.stopped_terminal_round(transition.predecessor) == round_id
@@ -218,7 +218,7 @@ def _stopped_recovery_owns_round(
 async def hold_terminal_source_resolution(
     ctx: RebalanceContext, state: WatcherState, round_id: AssignmentDrainId, *, deadline: float
 ) -> int:
-    """§4.13: keep authority suspended while the terminal's source resolution is pending;
+    """RB §4.13: keep authority suspended while the terminal's source resolution is pending;
     returns the authority revision. Idempotent while nothing reopened authority since."""
     engine, controller = ctx.engine, ctx.controller
     revision = engine.authority_revision()
@@ -244,9 +244,9 @@ async def settle_observed_local_drain(
     adoption_deadline: float,
     drain_deadline: float | None = None,
 ) -> bool:
-    """§4.13: resolve the local source drain of `transition` once `observed` shows its
+    """RB §4.13: resolve the local source drain of `transition` once `observed` shows its
     terminal. False while the drain is still open; True once resolved at exactly the target
-    generation with identical owners (S12). `drain_deadline` None means a fresh
+    generation with identical owners (RB-11). `drain_deadline` None means a fresh
     `drain_ack_timeout` when the resolution starts. Refused when the durable terminal does not
     settle this drain (DRAIN_SUPERSEDED, TERMINAL_PRUNED) or the local registry is not exactly
     the terminal (NOT_AT_TERMINAL)."""

@@ -1,5 +1,5 @@
-"""The snapshot watcher: every node's follower side of the rebalance plane (spec_rebalance §1.1
-"followers", §4.11; S12, S13, S20).
+"""The snapshot watcher: every node's follower side of the rebalance plane (RB §1.1
+"followers", RB §4.11; RB-11, RB-12, RB-18).
 
 Each `watcher_poll` the watcher reads the durable head and, depending on what it finds:
 
@@ -12,14 +12,14 @@ Each `watcher_poll` the watcher reads the durable head and, depending on what it
 * E: the head cannot be read: fail closed.
 
 Before the branches, a committed head whose drain terminal concerns this process settles the
-local source drain (§4.13, `watcher_settle`). After them, `publish_authority` (§4.12,
+local source drain (RB §4.13, `watcher_settle`). After them, `publish_authority` (RB §4.12,
 `watcher_publish`) re-publishes the vnode-state report and, when every participant adopted
 exactly the cached map, the owner certificate. Any failed audit or read suspends authority
 ("Suspend": dirty, then `suspend_local_assignment_authority`), and intake stays closed until a
-later tick re-certifies (S13).
+later tick re-certifies (RB-12).
 
 Coordinated-recovery Release (our stand-in, outside the spec's watcher): the coordinated
-recovery protocol is out of scope (§0), so after a successful recovery adoption on a
+recovery protocol is out of scope (RB §0), so after a successful recovery adoption on a
 PARTICIPANT, which restored this process cold from the audited recovery checkpoint, the watcher
 clears the controller's recovering flag (`set_recovering(False)`) instead of re-publishing a
 fault for the engine's `recovery_required`; the next publication may then reopen intake.
@@ -69,7 +69,7 @@ _SUSPEND_GRACE_S: Final = 1.0
 
 
 class SnapshotWatcher(WatcherState):
-    """One process's watcher. The §4.11 state fields are attributes (see `WatcherState`)."""
+    """One process's watcher. The RB §4.11 state fields are attributes (see `WatcherState`)."""
 
     def __init__(self, ctx: RebalanceContext, metrics: PlacementSink | None = None) -> None:
         super().__init__()
@@ -80,7 +80,7 @@ class SnapshotWatcher(WatcherState):
     # -- the loop ----------------------------------------------------------------------------
     async def run(self, shutdown: asyncio.Event) -> None:
         """Tick every `watcher_poll`: the first tick at once, missed ticks skipped (no burst),
-        shutdown first at every wait and abandoning a tick in flight (§4.1 asyncio notes)."""
+        shutdown first at every wait and abandoning a tick in flight (RB §4.1 asyncio notes)."""
         clock = self.ctx.clock
         period = self.ctx.config.watcher_poll_s
         next_tick = clock.monotonic()
@@ -115,7 +115,7 @@ class SnapshotWatcher(WatcherState):
             self.dirty = True
             logger.warning("snapshot watcher tick failed: %s", error)
 
-    # -- one tick (§4.11) --------------------------------------------------------------------
+    # -- one tick (RB §4.11) --------------------------------------------------------------------
     async def tick(self) -> None:
         ctx = self.ctx
         engine = ctx.engine
@@ -249,7 +249,7 @@ class SnapshotWatcher(WatcherState):
             adoption = await self._adopt(head, outcome, scope, head_deadline)
         except STEP_FAILURES as error:
             if not refused_because(error, Refusal.SHUFFLE_NOT_READY):
-                logger.warning("assignment %d: adoption failed: %s", head.assignment_version, error)
+                _log_adoption_failure(head.assignment_version, error)
                 return revision
             logger.info(
                 "assignment %d: shuffle not ready; keeping the predecessor: %s",
@@ -329,7 +329,7 @@ class SnapshotWatcher(WatcherState):
             logger.warning("local recovery fault not published: %s", error)
 
     async def _suspend(self, head_deadline: float, reason: str) -> None:
-        """Suspend (§4.11): dirty, then suspend authority; failures are only logged."""
+        """Suspend (RB §4.11): dirty, then suspend authority; failures are only logged."""
         self.dirty = True
         deadline = max(head_deadline, self.ctx.deadline_in(_SUSPEND_GRACE_S))
         try:
@@ -338,7 +338,7 @@ class SnapshotWatcher(WatcherState):
             logger.warning("assignment authority suspension incomplete: %s", error)
         logger.warning("assignment authority suspended: %s", reason)
 
-    # -- the §4.11-§4.13 helpers, bound to this watcher's state (the rest are the module
+    # -- the RB §4.11-§4.13 helpers, bound to this watcher's state (the rest are the module
     # functions of `watcher_settle`: hold_terminal_source_resolution, settle_observed_local_drain,
     # install_checkpoint_drain_transition) -----------------------------------------------------
     async def publish_authority(self, revision: int) -> None:
@@ -407,7 +407,17 @@ class SnapshotWatcher(WatcherState):
     async def ensure_current_assignment_authority_cached(
         self, audited_successor: AuditedAssignmentAuthority
     ) -> None:
-        """With a fresh `checkpoint_timeout` (§4.19)."""
+        """With a fresh `checkpoint_timeout` (RB §4.19)."""
         await ensure_current_assignment_authority_cached(
             self.ctx, self, audited_successor, deadline=self.ctx.head_deadline()
         )
+
+
+def _log_adoption_failure(version: int, error: Exception) -> None:
+    """An assignment naming an earlier boot of this node (Refusal.ANOTHER_BOOT) is routine
+    after a restart (INFO, the leader's recovery assignment follows); any other adoption
+    failure is a WARNING."""
+    if refused_because(error, Refusal.ANOTHER_BOOT):
+        logger.info("%s (an earlier boot of this node); waiting for the recovery", error)
+    else:
+        logger.warning("assignment %d: adoption failed: %s", version, error)

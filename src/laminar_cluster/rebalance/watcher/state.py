@@ -1,7 +1,7 @@
-"""The snapshot watcher's memory between ticks (spec_rebalance §4.11 "Watcher state").
+"""The snapshot watcher's memory between ticks (RB §4.11 "Watcher state").
 
 Nothing here is durable: a restarted watcher starts from these defaults and re-derives
-everything from the store on its first tick (S13: doubt closes authority, it never opens it).
+everything from the store on its first tick (RB-12: doubt closes authority, it never opens it).
 """
 
 from __future__ import annotations
