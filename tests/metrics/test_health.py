@@ -84,6 +84,7 @@ class StubNode:
     clock: StubClock = field(default_factory=StubClock)
     config: StubConfig = field(default_factory=StubConfig)
     log: StubLog = field(default_factory=StubLog)
+    rejoining: str | None = None
 
 
 def readiness(node: StubNode) -> str | None:
@@ -108,6 +109,9 @@ def test_ready_only_with_lease_held_leader_known_and_assignment_adopted() -> Non
     assert unfenced is not None and unfenced.startswith("assignment version 3: its fence")
     stuck = readiness(StubNode(log=StubLog(problem="control/leader-lease-head/v1.json: bad")))
     assert stuck == "stuck, repeating without progress: control/leader-lease-head/v1.json: bad"
+    # A fenced process waiting to rejoin says so first, whatever its last incarnation left.
+    rejoining = StubNode(holder=StubHolder(live=False), rejoining="node 1: process term 2 lapsed")
+    assert readiness(rejoining) == "rejoining after a fence: node 1: process term 2 lapsed"
 
 
 def _get(url: str) -> tuple[int, str]:
