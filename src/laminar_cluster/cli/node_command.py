@@ -10,6 +10,7 @@ import typer
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.cli.app import StoreOption, app, guard
 from laminar_cluster.cli.config import ConfigOption, option
+from laminar_cluster.rebalance.node.config import CHECKPOINT_INTERVAL_S_DEFAULT, TTL_S_DEFAULT
 
 NODE_ID_MAX: Final = U64_MAX  # node ids are nonzero u64 (DESIGN.md "Identity")
 
@@ -133,10 +134,10 @@ ExitOnFenceOption = Annotated[
 def node(
     store: StoreOption,
     node_id: NodeIdOption,
-    ttl_s: TtlOption = 5.0,
+    ttl_s: TtlOption = TTL_S_DEFAULT,
     poll_s: PollOption = 2.0,
     debounce_s: DebounceOption = 5.0,
-    checkpoint_interval_s: CheckpointIntervalOption = 1.0,
+    checkpoint_interval_s: CheckpointIntervalOption = CHECKPOINT_INTERVAL_S_DEFAULT,
     checkpoint_timeout_s: CheckpointTimeoutOption = 15.0,
     retry_delay_s: RetryDelayOption = 2.0,
     drain_ack_timeout_s: DrainAckTimeoutOption = 10.0,
