@@ -84,6 +84,14 @@ def test_bench_cost_json_figures_add_up(tmp_path: Path) -> None:
     for name in ("idle", "busy"):
         assert figures[name]["phase"] == name
         _check_phase(figures[name])
+    limits = {name: row["max"] for name, row in figures["targets"].items()}
+    assert limits == {
+        "idle_usd_per_node_month": 20.0,
+        "busy_usd_per_node_month": 40.0,
+        "requests_per_checkpoint": 3 * NODES + 10,
+    }
+    for row in figures["targets"].values():
+        assert row["met"] == (row["value"] <= row["max"])
     busy = figures["busy"]
     assert busy["producer"]["events"] > 0
     assert busy["checkpoints"]["committed"] >= 1

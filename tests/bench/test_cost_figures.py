@@ -14,6 +14,7 @@ from laminar_cluster.bench.cost_figures import (
     by_protocol,
     difference,
     phase_figures,
+    targets,
 )
 from laminar_cluster.errors import InvalidArgument
 
@@ -119,3 +120,21 @@ def test_phase_figures_without_a_checkpoint_has_no_per_checkpoint_figure() -> No
     assert figures["checkpoints"]["requests_per_checkpoint"] is None
     with pytest.raises(InvalidArgument, match="window"):
         NodeWindow(node=1, window_s=0.0, counts={})
+
+
+def test_targets_are_issue_15s_bounds() -> None:
+    def phase(usd: float, per_checkpoint: float | None) -> dict[str, object]:
+        return {
+            "usd_per_node_month": {"total": usd},
+            "checkpoints": {"requests_per_checkpoint": per_checkpoint},
+        }
+
+    met = targets(phase(19.9, None), phase(40.0, 19.0), nodes=3)
+    assert met == {
+        "idle_usd_per_node_month": {"value": 19.9, "max": 20.0, "met": True},
+        "busy_usd_per_node_month": {"value": 40.0, "max": 40.0, "met": True},
+        "requests_per_checkpoint": {"value": 19.0, "max": 19, "met": True},
+    }
+    missed = targets(phase(20.1, None), phase(41.0, None), nodes=4)
+    assert [row["met"] for row in missed.values()] == [False, False, None]
+    assert missed["requests_per_checkpoint"]["max"] == 22

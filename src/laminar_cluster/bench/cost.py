@@ -34,15 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from rich.table import Table
-
 from laminar_cluster.bench.cost_figures import (
-    KINDS,
-    PROTOCOLS,
     NodeWindow,
     Prices,
     difference,
     phase_figures,
+    targets,
 )
 from laminar_cluster.clock import Clock, RealClock, within_deadline
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
@@ -52,7 +49,6 @@ from laminar_cluster.harness.workload import Workload, chunks
 from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
-from laminar_cluster.views.output import console, print_json
 
 STATS_INTERVAL_S: Final = 0.5
 SETTLE_TIMEOUT_S: Final = 300.0
@@ -140,6 +136,7 @@ async def _bench(store_url: str, plan: CostPlan) -> dict[str, Any]:
             },
             "idle": idle,
             "busy": {**busy, "producer": producer.figures()},
+            "targets": targets(idle, busy, plan.nodes),
         }
     finally:
         await store.close()
@@ -323,65 +320,3 @@ def _window(run: Run, start_s: float, end_s: float) -> NodeWindow:
         window_s=float(last["t_mono"]) - float(first["t_mono"]),
         counts=difference(last["counts"], first["counts"]),
     )
-
-
-def print_cost(figures: dict[str, Any], *, as_json: bool) -> None:
-    """The figures as JSON, or as a table per phase."""
-    if as_json:
-        print_json(figures)
-        return
-    prices = figures["prices"]
-    console.print(
-        f"{figures['nodes']} nodes on {figures['store']}; node options "
-        f"{' '.join(figures['node_options'])}; prices per 1,000: PUT/LIST/POST "
-        f"${prices['put_per_1000']}, GET/HEAD ${prices['get_per_1000']}, 30-day month",
-        soft_wrap=True,
-    )
-    for phase in (figures["idle"], figures["busy"]):
-        console.print(_phase_table(phase))
-        checkpoints = phase["checkpoints"]
-        console.print(
-            f"  checkpoints committed: {checkpoints['committed']}; requests per checkpoint: "
-            f"{checkpoints['requests_per_checkpoint']} "
-            f"({checkpoints['requests_per_checkpoint_with_retention']} with retention); "
-            "per node: "
-            + ", ".join(
-                f"node {row['node']} ${row['usd_per_month']:.2f}/month" for row in phase["nodes"]
-            ),
-            soft_wrap=True,
-        )
-    producer = figures["busy"]["producer"]
-    console.print(
-        f"  producer: {producer['events']:,} events in {producer['batches']:,} batches "
-        f"({producer['events_per_s']} events/s), its requests {producer['requests']}",
-        soft_wrap=True,
-    )
-
-
-def _phase_table(phase: dict[str, Any]) -> Table:
-    """Requests per second by protocol (rows) and kind, and dollars per node and month."""
-    per_s, usd = phase["per_s"], phase["usd_per_node_month"]
-    table = Table(
-        "req/s",
-        *KINDS,
-        "all",
-        "$/node/mo",
-        title=f"{phase['phase']}: {phase['duration_s']:.0f} s, "
-        f"{per_s['total']:.1f} requests/s, ${usd['total']:.2f} per node per month",
-    )
-    for protocol in PROTOCOLS:
-        kinds = per_s["by_protocol_kind"][protocol]
-        table.add_row(
-            protocol,
-            *(f"{kinds[kind]:.2f}" for kind in KINDS),
-            f"{per_s['by_protocol'][protocol]:.2f}",
-            f"{usd['by_protocol'][protocol]:.2f}",
-        )
-    table.add_row(
-        "total",
-        *(f"{per_s['by_kind'][kind]:.2f}" for kind in KINDS),
-        f"{per_s['total']:.2f}",
-        f"{usd['total']:.2f}",
-        style="bold",
-    )
-    return table

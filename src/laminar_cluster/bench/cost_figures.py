@@ -51,6 +51,8 @@ PROTOCOL_OF_PURPOSE: Final = {
     "retention": "retention",
 }
 MONTH_S: Final = 30 * 24 * 3600
+IDLE_USD_MAX: Final = 20.0  # per node per month (issue 15 "What must show")
+BUSY_USD_MAX: Final = 40.0
 # Counts by purpose, then by kind: what a node's `requests` log event carries as `counts`.
 Counts = Mapping[str, Mapping[str, int]]
 
@@ -209,4 +211,19 @@ def phase_figures(windows: list[NodeWindow], prices: Prices, *, checkpoints: int
             "requests_per_checkpoint": per_checkpoint,
             "requests_per_checkpoint_with_retention": with_retention,
         },
+    }
+
+
+def targets(idle: dict[str, Any], busy: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """Issue 15's bounds and whether this run met them: idle at most $20 and busy at most $40
+    per node per month, at most 3P + 10 requests per checkpoint (busy)."""
+    per_checkpoint = busy["checkpoints"]["requests_per_checkpoint"]
+    bounds = {
+        "idle_usd_per_node_month": (idle["usd_per_node_month"]["total"], IDLE_USD_MAX),
+        "busy_usd_per_node_month": (busy["usd_per_node_month"]["total"], BUSY_USD_MAX),
+        "requests_per_checkpoint": (per_checkpoint, 3 * nodes + 10),
+    }
+    return {
+        name: {"value": value, "max": bound, "met": None if value is None else value <= bound}
+        for name, (value, bound) in bounds.items()
     }

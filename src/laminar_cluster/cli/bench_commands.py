@@ -208,8 +208,9 @@ def bench_cost(
     """3 real node processes on an empty store: store requests per second by kind and protocol
     and the monthly price per node at S3 list prices, idle and busy, and requests per
     checkpoint."""
-    from laminar_cluster.bench.cost import CostPlan, print_cost, run_bench_cost
+    from laminar_cluster.bench.cost import CostPlan, run_bench_cost
     from laminar_cluster.bench.cost_figures import Prices
+    from laminar_cluster.bench.cost_report import print_cost
 
     def run() -> int:
         prices = Prices(put_per_1000=put_price, get_per_1000=get_price)
