@@ -59,11 +59,19 @@ def _check_phase(phase: dict[str, Any]) -> None:
     assert sum(n["usd_per_month"] for n in phase["nodes"]) / NODES == pytest.approx(
         usd["total"], rel=1e-3, abs=0.05
     )
+    # The same requests, by the object family each named: they add up to the total too.
+    by_object = requests["by_object"]
+    assert sum(sum(row.values()) for row in by_object.values()) == requests["total"]
+    assert {"membership", "control"} <= set(by_object)
     checkpoints = phase["checkpoints"]
     if checkpoints["committed"]:
         checkpoint_requests = sum(by_protocol["checkpoint"].values())
         assert checkpoints["requests_per_checkpoint"] == round(
             checkpoint_requests / checkpoints["committed"], 1
+        )
+        on_objects = sum(by_object["checkpoints"].values())
+        assert checkpoints["checkpoint_objects_per_checkpoint"] == round(
+            on_objects / checkpoints["committed"], 1
         )
 
 
@@ -88,7 +96,7 @@ def test_bench_cost_json_figures_add_up(tmp_path: Path) -> None:
     assert limits == {
         "idle_usd_per_node_month": 20.0,
         "busy_usd_per_node_month": 40.0,
-        "requests_per_checkpoint": 3 * NODES + 10,
+        "checkpoint_objects_per_checkpoint": 3 * NODES + 10,
     }
     for row in figures["targets"].values():
         assert row["met"] == (row["value"] <= row["max"])

@@ -68,10 +68,16 @@ def test_difference_refuses_counts_that_went_down() -> None:
 def test_phase_figures_rates_prices_and_requests_per_checkpoint() -> None:
     windows = [
         NodeWindow(
-            node=1, window_s=10.0, counts={"leadership": {"put": 20}, "duties": {"get": 50}}
+            node=1,
+            window_s=10.0,
+            counts={"leadership": {"put": 20}, "duties": {"get": 50}},
+            objects={"control": {"put": 20, "get": 38}, "checkpoints": {"get": 12}},
         ),
         NodeWindow(
-            node=2, window_s=20.0, counts={"lease": {"put": 40}, "participant": {"put": 30}}
+            node=2,
+            window_s=20.0,
+            counts={"lease": {"put": 40}, "participant": {"put": 30}},
+            objects={"membership": {"put": 40}, "checkpoints": {"put": 30}},
         ),
     ]
     prices = Prices(put_per_1000=5.0, get_per_1000=1.0)  # $0.005 a put, $0.001 a get
@@ -111,6 +117,10 @@ def test_phase_figures_rates_prices_and_requests_per_checkpoint() -> None:
     checkpoints = figures["checkpoints"]
     assert checkpoints["requests_per_checkpoint"] == 20.0  # (50 + 30) / 4
     assert checkpoints["requests_per_checkpoint_with_retention"] == 20.0
+    assert checkpoints["checkpoint_objects_per_checkpoint"] == 10.5  # (12 + 30) / 4
+    by_object = figures["requests"]["by_object"]
+    assert list(by_object) == ["checkpoints", "control", "membership"]
+    assert by_object["checkpoints"] == {"get": 12, "head": 0, "put": 30, "list": 0, "delete": 0}
     assert set(figures["per_s"]["by_protocol_kind"]["lease"]) == set(KINDS)
 
 
@@ -126,15 +136,15 @@ def test_targets_are_issue_15s_bounds() -> None:
     def phase(usd: float, per_checkpoint: float | None) -> dict[str, object]:
         return {
             "usd_per_node_month": {"total": usd},
-            "checkpoints": {"requests_per_checkpoint": per_checkpoint},
+            "checkpoints": {"checkpoint_objects_per_checkpoint": per_checkpoint},
         }
 
     met = targets(phase(19.9, None), phase(40.0, 19.0), nodes=3)
     assert met == {
         "idle_usd_per_node_month": {"value": 19.9, "max": 20.0, "met": True},
         "busy_usd_per_node_month": {"value": 40.0, "max": 40.0, "met": True},
-        "requests_per_checkpoint": {"value": 19.0, "max": 19, "met": True},
+        "checkpoint_objects_per_checkpoint": {"value": 19.0, "max": 19, "met": True},
     }
     missed = targets(phase(20.1, None), phase(41.0, None), nodes=4)
     assert [row["met"] for row in missed.values()] == [False, False, None]
-    assert missed["requests_per_checkpoint"]["max"] == 22
+    assert missed["checkpoint_objects_per_checkpoint"]["max"] == 22

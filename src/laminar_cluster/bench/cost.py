@@ -319,4 +319,5 @@ def _window(run: Run, start_s: float, end_s: float) -> NodeWindow:
         node=run.node,
         window_s=float(last["t_mono"]) - float(first["t_mono"]),
         counts=difference(last["counts"], first["counts"]),
+        objects=difference(last.get("objects", {}), first.get("objects", {})),
     )

@@ -27,8 +27,9 @@ def print_cost(figures: dict[str, Any], *, as_json: bool) -> None:
         console.print(_phase_table(phase))
         checkpoints = phase["checkpoints"]
         console.print(
-            f"  checkpoints committed: {checkpoints['committed']}; requests per checkpoint: "
-            f"{checkpoints['requests_per_checkpoint']} "
+            f"  checkpoints committed: {checkpoints['committed']}; per checkpoint: "
+            f"{checkpoints['checkpoint_objects_per_checkpoint']} requests on checkpoints/ "
+            f"objects, {checkpoints['requests_per_checkpoint']} by the checkpoint tasks "
             f"({checkpoints['requests_per_checkpoint_with_retention']} with retention); "
             "per node: "
             + ", ".join(

@@ -8,22 +8,40 @@ leader's retention walk, a restore in the engine's task) names it for its own du
 (`with counted_as("retention"):`). `PurposeCountingStore` counts each request under the purpose
 current at the call, and also by (purpose, kind), so the leader's rotation work and a
 follower's watcher are measured apart from the steady renewal and discovery traffic, and each
-purpose can be priced (a PUT costs 12.5 times a GET on S3).
+purpose can be priced (a PUT costs 12.5 times a GET on S3). It also counts by the object family
+a request names (the key's first segment: `checkpoints`, `control`, `membership`, `events`,
+...; a listing by its prefix's), whatever task made it: a protocol's own objects, for budgets
+stated per object family (the distributed checkpoint's 3P + 10 per checkpoint).
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from laminar_cluster.store import ObjectStore
+from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult
 from laminar_cluster.store.counting import CountingStore
 
 UNNAMED: Final = "other"
 _PURPOSE: Final = contextvars.ContextVar("laminar_store_purpose", default=UNNAMED)
+_FAMILY: Final = contextvars.ContextVar("laminar_store_family", default="")
+
+
+def family_of(key: str) -> str:
+    """The object family of a key or prefix: its first segment (`""` for the whole store)."""
+    return key.split("/", 1)[0]
+
+
+@contextmanager
+def _naming(key: str) -> Iterator[None]:
+    token = _FAMILY.set(family_of(key))
+    try:
+        yield
+    finally:
+        _FAMILY.reset(token)
 
 
 def counting_as(purpose: str) -> None:
@@ -50,6 +68,7 @@ class PurposeCountingStore(CountingStore):
         super().__init__(inner)
         self.by_purpose: Counter[str] = Counter()
         self.by_purpose_kind: Counter[tuple[str, str]] = Counter()
+        self.by_family_kind: Counter[tuple[str, str]] = Counter()
 
     def count_of(self, purpose: str) -> int:
         """Requests made under `purpose` so far."""
@@ -66,6 +85,10 @@ class PurposeCountingStore(CountingStore):
         for (purpose, op), count in sorted(self.by_purpose_kind.items()):
             counts.setdefault(purpose, {})[op] = count
         figures["counts"] = counts
+        objects: dict[str, dict[str, int]] = {}
+        for (family, op), count in sorted(self.by_family_kind.items()):
+            objects.setdefault(family, {})[op] = count
+        figures["objects"] = objects
         figures["total"] = self.total
         return figures
 
@@ -74,3 +97,39 @@ class PurposeCountingStore(CountingStore):
         purpose = _PURPOSE.get()
         self.by_purpose[purpose] += requests
         self.by_purpose_kind[purpose, op] += requests
+        self.by_family_kind[_FAMILY.get(), op] += requests
+
+    # Each request names its object family for `_count` (module docstring).
+    async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        with _naming(key):
+            return await super().get(key, end=end)
+
+    async def head(self, key: str) -> ObjectMeta:
+        with _naming(key):
+            return await super().head(key)
+
+    async def put(self, key: str, body: bytes, mode: PutMode) -> PutResult:
+        with _naming(key):
+            return await super().put(key, body, mode)
+
+    async def list(
+        self, prefix: str, *, offset: str | None = None, limit: int | None = None
+    ) -> list[ObjectMeta]:
+        with _naming(prefix):
+            return await super().list(prefix, offset=offset, limit=limit)
+
+    async def delete(self, key: str) -> None:
+        with _naming(key):
+            await super().delete(key)
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        with _naming(key):
+            return await super().get_if_changed(key, e_tag)
+
+    async def get_range(self, key: str, start: int, end: int) -> GetResult:
+        with _naming(key):
+            return await super().get_range(key, start, end)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        with _naming(keys[0] if keys else ""):
+            await super().delete_many(keys)
