@@ -11,8 +11,6 @@ independently folded aggregates: every event exactly once."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from laminar_cluster.harness.fleet import Run
 from laminar_cluster.harness.workload import Workload, expected_aggregates
 from tests.processes.test_stream_processes import TIMINGS, _cluster, _produced
+from tests.support.http import http_get
 
 SEED = 15
 FIRST = Workload(seed=SEED, events=20_000, partitions=16, keys=500)
@@ -28,14 +27,6 @@ SECOND = Workload(seed=SEED, events=30_000, partitions=16, keys=500)  # extends 
 THIRD = Workload(seed=SEED, events=40_000, partitions=16, keys=500)  # extends SECOND
 OUTAGE_AT_S = 20.0  # after node 3's start: the cluster has usually settled by then
 OUTAGE_S = 3 * TIMINGS.ttl_s
-
-
-def _readyz(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def _events(run: Run, name: str) -> list[dict[str, Any]]:
@@ -60,7 +51,7 @@ def test_a_node_cut_off_past_its_ttl_rejoins_and_every_event_counts_once(tmp_pat
         fleet.wait_until("node 3 waits to rejoin", lambda: bool(_events(victim, "rejoining")), 60)
         started = _events(victim, "started")[0]
         readyz = started["metrics_url"].replace("/metrics", "/readyz")
-        status, body = _readyz(readyz)  # the endpoint stays up while the node rejoins
+        status, body = http_get(readyz)  # the endpoint stays up while the node rejoins
         rejoined_already = bool(_events(victim, "rejoined"))
         assert rejoined_already or (status == 503 and "rejoining after a fence" in body), body
         _produced(producer, cluster.remaining_s())
@@ -87,7 +78,7 @@ def test_a_node_cut_off_past_its_ttl_rejoins_and_every_event_counts_once(tmp_pat
         _produced(cluster.produce(THIRD), cluster.remaining_s())
         cluster.wait_exactly_once(expected_aggregates(THIRD), "all three parts, exactly once")
         fleet.wait_until(
-            "node 3 ready again", lambda: _readyz(readyz)[0] == 200, cluster.remaining_s()
+            "node 3 ready again", lambda: http_get(readyz)[0] == 200, cluster.remaining_s()
         )
         assert all(run.alive for run in fleet.runs)
         print(

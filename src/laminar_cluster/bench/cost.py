@@ -29,7 +29,7 @@ import asyncio
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -232,25 +232,15 @@ class _Phases:
     def __init__(self, fleet: NodeFleet, clock: Clock, plan: CostPlan) -> None:
         self.fleet, self.clock, self.plan = fleet, clock, plan
 
-    async def wait(self, what: str, check: Any, timeout_s: float) -> None:
-        """Refresh the logs and call `check()` until it holds; DeadlineExceeded (with the logs'
-        tails) when it does not in `timeout_s` or a node exits."""
-        deadline = self.clock.monotonic() + timeout_s
-        while True:
-            self.fleet.refresh()
-            if check():
-                return
-            for run in self.fleet.runs:
-                if not run.alive:
-                    raise DeadlineExceeded(
-                        f"bench cost: node {run.node} exited {run.process.returncode} while "
-                        f"waiting for {what}\n{self.fleet.tail(30)}"
-                    )
-            if self.clock.monotonic() >= deadline:
-                raise DeadlineExceeded(
-                    f"bench cost: {what}: not in {timeout_s:.0f} s\n{self.fleet.tail(30)}"
-                )
-            await self.clock.sleep(POLL_S)
+    async def wait(self, what: str, check: Callable[[], bool], timeout_s: float) -> None:
+        """Refresh the logs and call `check()` until it holds; no node may exit."""
+
+        async def holds() -> bool:
+            return check()
+
+        await self.fleet.until(
+            f"bench cost: {what}", holds, clock=self.clock, timeout_s=timeout_s, poll_s=POLL_S
+        )
 
     async def settle(self) -> float:
         """Start the nodes; wait until every one runs the same assignment and a checkpoint

@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
+from laminar_cluster.clock import Clock
 from laminar_cluster.errors import DeadlineExceeded
 from laminar_cluster.store import ObjectStore
 
@@ -166,6 +167,34 @@ class NodeFleet:
             if time.monotonic() >= deadline:
                 raise DeadlineExceeded(f"{what}: not reached in {timeout_s} s")
             time.sleep(POLL_S)
+
+    async def until(
+        self,
+        what: str,
+        check: Callable[[], Awaitable[bool]],
+        *,
+        clock: Clock,
+        timeout_s: float,
+        may_exit: Callable[[Run], bool] = lambda run: False,
+        poll_s: float = 0.1,
+    ) -> None:
+        """Refresh the logs and await `check()` until it holds; DeadlineExceeded naming `what`
+        with every run's log tail when `timeout_s` passes first, or when a node exited and
+        `may_exit(run)` says it should not have."""
+        deadline = clock.monotonic() + timeout_s
+        while True:
+            self.refresh()
+            if await check():
+                return
+            for run in self.runs:
+                if not run.alive and not may_exit(run):
+                    raise DeadlineExceeded(
+                        f"node {run.node} exited {run.process.returncode} while waiting for "
+                        f"{what}\n{self.tail(30)}"
+                    )
+            if clock.monotonic() >= deadline:
+                raise DeadlineExceeded(f"{what}: not in {timeout_s:.0f} s\n{self.tail(30)}")
+            await clock.sleep(poll_s)
 
     def tail(self, lines: int = 40) -> str:
         """The last `lines` lines of every run's log, for a failure report."""
