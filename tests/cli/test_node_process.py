@@ -21,8 +21,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import pytest
 
 from laminar_cluster.lease.paths import HEAD_PATH
 from tests.cli.test_commands import COMMAND, run
+from tests.support.http import http_get
 
 pytestmark = pytest.mark.processes
 
@@ -187,12 +186,12 @@ def test_a_corrupt_record_is_logged_once_with_a_count_and_never_rewritten(
         started = nodes[0].wait_for(lambda e: e["event"] == "started")
         metrics_url = started["metrics_url"].removesuffix("/metrics")
         nodes[0].wait_for(lambda e: e["event"] == "checkpoint")
-        _wait_until(lambda: _get(f"{metrics_url}/readyz")[0] == 200)
+        _wait_until(lambda: http_get(f"{metrics_url}/readyz")[0] == 200)
         head = tmp_path / "store" / "objects" / HEAD_PATH
         _overwrite(url, HEAD_PATH, b'{"garbage":1}')
         corrupt = head.read_bytes()
         time.sleep(6)
-        status, reason = _get(f"{metrics_url}/readyz")  # stuck on the bad record: not ready
+        status, reason = http_get(f"{metrics_url}/readyz")  # stuck on the bad record: not ready
         assert status == 503 and "stuck" in reason and HEAD_PATH in reason, reason
         nodes[0].signal(signal.SIGTERM)
         nodes[0].signal(signal.SIGTERM)
@@ -215,14 +214,6 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> Non
     while not condition():
         assert time.monotonic() < deadline, f"not true within {timeout_s} s"
         time.sleep(0.1)
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def _overwrite(url: str, key: str, body: bytes) -> None:

@@ -3,8 +3,6 @@ node's local state, then real HTTP requests against a real `laminar-cluster node
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +13,7 @@ from laminar_cluster.harness.fleet import NodeFleet, NodeTimings
 from laminar_cluster.metrics.health import NOT_STARTED, node_readiness
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 from laminar_cluster.rebalance.node.rebalance_node import RebalanceNode
+from tests.support.http import http_get
 
 TTL_S = 2.0
 
@@ -84,6 +83,7 @@ class StubNode:
     clock: StubClock = field(default_factory=StubClock)
     config: StubConfig = field(default_factory=StubConfig)
     log: StubLog = field(default_factory=StubLog)
+    rejoining: str | None = None
 
 
 def readiness(node: StubNode) -> str | None:
@@ -108,14 +108,9 @@ def test_ready_only_with_lease_held_leader_known_and_assignment_adopted() -> Non
     assert unfenced is not None and unfenced.startswith("assignment version 3: its fence")
     stuck = readiness(StubNode(log=StubLog(problem="control/leader-lease-head/v1.json: bad")))
     assert stuck == "stuck, repeating without progress: control/leader-lease-head/v1.json: bad"
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+    # A fenced process waiting to rejoin says so first, whatever its last incarnation left.
+    rejoining = StubNode(holder=StubHolder(live=False), rejoining="node 1: process term 2 lapsed")
+    assert readiness(rejoining) == "rejoining after a fence: node 1: process term 2 lapsed"
 
 
 @pytest.mark.processes
@@ -137,18 +132,18 @@ def test_a_node_process_answers_livez_readyz_and_404(tmp_path: Path) -> None:
         fleet.wait_until("the started event", has_started, 60.0)
         base = f"http://127.0.0.1:{started[0]['metrics_port']}"
         assert started[0]["metrics_url"] == f"{base}/metrics"
-        assert _get(f"{base}/livez") == (200, "ok\n")
+        assert http_get(f"{base}/livez") == (200, "ok\n")
         answers: list[tuple[int, str]] = []
 
         def ready() -> bool:
-            answers.append(_get(f"{base}/readyz"))
+            answers.append(http_get(f"{base}/readyz"))
             return answers[-1] == (200, "ready\n")
 
         fleet.wait_until("/readyz answers ready", ready, 60.0)
         for status, body in answers[:-1]:  # any earlier answer was a one-line reason
             assert status == 503 and body.startswith("not ready: ") and body.count("\n") == 1
-        metrics = _get(f"{base}/metrics")
+        metrics = http_get(f"{base}/metrics")
         assert metrics[0] == 200 and "laminar_last_commit_age_seconds" in metrics[1]
         for path in ("/", "/metrics/", "/status", "/readyz?x=1/.."):
-            status = _get(f"{base}{path}")[0]
+            status = http_get(f"{base}{path}")[0]
             assert status == (200 if path.startswith("/readyz?") else 404), path

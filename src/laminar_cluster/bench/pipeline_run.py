@@ -85,23 +85,16 @@ class PipelineBench:
         return self.clock.monotonic() - started
 
     async def wait(self, what: str, condition: Callable[[], Awaitable[bool]]) -> None:
-        """Refresh the logs and call `condition()` (async) until it holds."""
-        deadline = self.clock.monotonic() + STEP_TIMEOUT_S
-        while True:
-            self.fleet.refresh()
-            if await condition():
-                return
-            for run in self.fleet.runs:
-                if not run.alive and run.process.returncode != -signal.SIGKILL:
-                    raise DeadlineExceeded(
-                        f"bench pipeline: node {run.node} exited {run.process.returncode} while "
-                        f"waiting for {what}\n{self.fleet.tail(30)}"
-                    )
-            if self.clock.monotonic() >= deadline:
-                raise DeadlineExceeded(
-                    f"bench pipeline: {what}: not in {STEP_TIMEOUT_S:.0f} s\n{self.fleet.tail(30)}"
-                )
-            await self.clock.sleep(POLL_S)
+        """Refresh the logs and call `condition()` (async) until it holds; a node may exit
+        only by our SIGKILL."""
+        await self.fleet.until(
+            f"bench pipeline: {what}",
+            condition,
+            clock=self.clock,
+            timeout_s=STEP_TIMEOUT_S,
+            may_exit=lambda run: run.process.returncode == -signal.SIGKILL,
+            poll_s=POLL_S,
+        )
 
     async def committed(self) -> int:
         view = await self.reader.read(timeout_s=10.0)

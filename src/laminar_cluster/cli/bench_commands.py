@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+from typing import Annotated, Any
 
 import typer
 
@@ -150,6 +151,72 @@ def bench_pipeline(
             events=events, partitions=partitions, keys=keys, node_counts=counts, fsync=fsync
         )
         print_pipeline(figures, as_json=as_json)
+        return 0
+
+    raise typer.Exit(guard(run))
+
+
+def _positive(flag: str, text: str) -> Any:
+    return option(flag, min=0.1, help=text)
+
+
+IdleOption = Annotated[float, _positive("--idle-s", "Seconds of the idle phase.")]
+BusyOption = Annotated[float, _positive("--busy-s", "Seconds of the busy phase.")]
+CostCheckpointOption = Annotated[
+    float, _positive("--checkpoint-interval", "The nodes' checkpoint interval, seconds.")
+]
+CostPartitionsOption = Annotated[
+    int, option("--partitions", min=1, help="Event log partitions (partition p feeds p % 256).")
+]
+RateOption = Annotated[
+    int, option("--events-per-s", min=1, help="Busy phase: events appended per second.")
+]
+BatchOption = Annotated[
+    float, _positive("--batch-s", "Busy phase: one batch per partition this often, seconds.")
+]
+PutPriceOption = Annotated[
+    float, option("--put-price", min=0.0, help="Dollars per 1,000 PUT, POST, LIST (and delete).")
+]
+GetPriceOption = Annotated[
+    float, option("--get-price", min=0.0, help="Dollars per 1,000 GET and HEAD.")
+]
+NodeOptionsOption = Annotated[
+    list[str] | None,
+    option(
+        "--node-option",
+        help="One more `node` flag or value for every node (repeat: --node-option=--ttl "
+        "--node-option=10).",
+    ),
+]
+
+
+@bench_app.command("cost")
+def bench_cost(
+    store: StoreOption,
+    idle_s: IdleOption = 60.0,
+    busy_s: BusyOption = 60.0,
+    checkpoint_interval_s: CostCheckpointOption = 10.0,
+    partitions: CostPartitionsOption = 256,
+    events_per_s: RateOption = 1_000,
+    batch_s: BatchOption = 5.0,
+    put_price: PutPriceOption = 0.005,
+    get_price: GetPriceOption = 0.0004,
+    node_options: NodeOptionsOption = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """3 real node processes on an empty store: store requests per second by kind and protocol
+    and the monthly price per node at S3 list prices, idle and busy, and requests per
+    checkpoint."""
+    from laminar_cluster.bench.cost import CostPlan, run_bench_cost
+    from laminar_cluster.bench.cost_figures import Prices
+    from laminar_cluster.bench.cost_report import print_cost
+
+    def run() -> int:
+        prices = Prices(put_per_1000=put_price, get_per_1000=get_price)
+        plan = CostPlan(idle_s, busy_s, checkpoint_interval_s, partitions, events_per_s, batch_s)
+        plan = dataclasses.replace(plan, prices=prices, node_options=tuple(node_options or ()))
+        print_cost(run_bench_cost(store, plan), as_json=as_json)
         return 0
 
     raise typer.Exit(guard(run))

@@ -12,13 +12,18 @@ cannot be bound.
 
 The first SIGTERM/SIGINT leaves gracefully (draining, drained, left; exit 0, or 4 when the
 leave timeout passes first) and says at once why it waits and how to stop now; a second one
-stops at once without leaving (exit 1). A newer start of the same node id fences this one
-(exit 3); a node that cannot start within its startup deadline logs `startup_failed` and
-exits 5. Logs are JSON lines on stderr, each with `ts` (ISO 8601 UTC) and `level`
-(`rebalance.node.log`), with the library's warnings forwarded as `log` events
-(`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info records too, for reading a stalled run). Once
-the store passed its checks, the first event is `started`, naming the metrics endpoint
-(`metrics_port`, `metrics_url`; null without `--metrics-port`; port 0 picks a free one).
+stops at once without leaving (exit 1). A node whose process lease lapsed (cut off from the
+store for a ttl) or was taken over by a leader rejoins by itself once the store answers: a new
+term and a cold restore in the same process, the metrics endpoint up and `/readyz` not ready
+meanwhile, each attempt logged as `rejoining` (`rebalance.node.rejoin`). With
+`--exit-on-fence` (`LAMINAR_EXIT_ON_FENCE`) it exits 3 instead, for an outside supervisor; a
+newer start of the same node id by another process always ends this one (exit 3). A node that
+cannot start within its startup deadline logs `startup_failed` and exits 5. Logs are JSON
+lines on stderr, each with `ts` (ISO 8601 UTC) and `level` (`rebalance.node.log`), with the
+library's warnings forwarded as `log` events (`LAMINAR_NODE_LOG_LEVEL=INFO` forwards info
+records too, for reading a stalled run). Once the store passed its checks, the first event is
+`started`, naming the metrics endpoint (`metrics_port`, `metrics_url`; null without
+`--metrics-port`; port 0 picks a free one).
 
 With a metrics port the node keeps a `NodeMetrics` (leader, token, assignment version, vnodes
 owned and restoring, checkpoint durations and verdicts, the last commit's age, rotations,
@@ -31,8 +36,10 @@ on `--metrics-host` (default 127.0.0.1) at `/metrics`, beside `/livez` and `/rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -91,6 +98,8 @@ class NodeFlags:
     fault_latency_ms: float
     fault_seed: int
     fault_outage_file: str | None
+    fault_outages: list[str] | None
+    exit_on_fence: bool
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> NodeFlags:
@@ -110,6 +119,7 @@ class NodeFlags:
             leave_timeout_s=self.leave_timeout_s,
             stats_interval_s=self.stats_interval_s,
             vnode_count=self.vnode_count,
+            exit_on_fence=self.exit_on_fence,
         )
 
     def stream_config(self) -> StreamNodeConfig:
@@ -121,13 +131,21 @@ class NodeFlags:
         )
 
     def faults(self) -> FaultConfig | None:
-        if self.fault_rate <= 0 and self.fault_latency_ms <= 0 and self.fault_outage_file is None:
+        """The fault injector's settings; outages in seconds after the probe."""
+        outages = tuple(_outage(text) for text in self.fault_outages or ())
+        if (
+            self.fault_rate <= 0
+            and self.fault_latency_ms <= 0
+            and not outages
+            and self.fault_outage_file is None
+        ):
             return None
         return FaultConfig(
             error_before_rate=self.fault_rate,
             error_after_rate=self.fault_rate,
             latency_s_max=self.fault_latency_ms / 1000,
             outage_file=self.fault_outage_file,
+            outages=outages,
         )
 
     def run(self, store_url: str) -> int:
@@ -158,7 +176,8 @@ def run_node_command(
 ) -> int:
     """Run the node in a fresh event loop; its exit code. `faults` (development and chaos
     tests only): after the probe, every store request goes through `store.faulty.FaultyStore`
-    with these rates, seeded with `fault_seed`."""
+    with these rates, seeded with `fault_seed`; its `outages` are seconds after the probe
+    (every request in `[start, end)` fails before it is sent)."""
     settings = _Settings(probe, metrics_port, metrics_host, stream, faults, fault_seed, replace)
     return asyncio.run(_run(store_url, config, settings))
 
@@ -287,14 +306,30 @@ async def _probe_problem(store: ObjectStore, url: str, clock: RealClock) -> str 
     return None
 
 
+def _outage(text: str) -> tuple[float, float]:
+    """`START:END` seconds as a window (InvalidArgument unless 0 <= START < END)."""
+    start, _, end = text.partition(":")
+    try:
+        window = (float(start), float(end))
+    except ValueError:
+        raise InvalidArgument(f"--fault-outage {text!r}: not START:END in seconds") from None
+    if not 0 <= window[0] < window[1] < math.inf:
+        raise InvalidArgument(f"--fault-outage {text!r}: needs 0 <= START < END")
+    return window
+
+
 def _wrapped(
     store: ObjectStore, clock: RealClock, faults: FaultConfig | None, fault_seed: int
 ) -> ObjectStore:
-    """The store the node uses: behind the fault injector when asked (after the probe), and
-    with reads failed by StoreUnavailable sent again (at most 3 tries, under the caller's
-    deadline; writes are never repeated here: store.read_retry)."""
+    """The store the node uses: behind the fault injector when asked (after the probe, its
+    outage windows counted from now), and with reads failed by StoreUnavailable sent again (at
+    most 3 tries, under the caller's deadline; writes are never repeated here:
+    store.read_retry)."""
     if faults is not None:
-        store = FaultyStore(store, clock=clock, seed=fault_seed, config=faults)
+        now_s = clock.monotonic()
+        outages = tuple((now_s + start, now_s + end) for start, end in faults.outages)
+        config = dataclasses.replace(faults, outages=outages)
+        store = FaultyStore(store, clock=clock, seed=fault_seed, config=config)
     return ReadRetryingStore(store, clock)
 
 

@@ -10,6 +10,7 @@ import typer
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.cli.app import StoreOption, app, guard
 from laminar_cluster.cli.config import ConfigOption, option
+from laminar_cluster.rebalance.node.config import CHECKPOINT_INTERVAL_S_DEFAULT, TTL_S_DEFAULT
 
 NODE_ID_MAX: Final = U64_MAX  # node ids are nonzero u64 (DESIGN.md "Identity")
 
@@ -118,16 +119,33 @@ FaultOutageFileOption = Annotated[
         help="Development: while this file exists, every store request fails.",
     ),
 ]
+FaultOutageOption = Annotated[
+    list[str] | None,
+    option(
+        "--fault-outage",
+        hidden=True,
+        help="Development: START:END seconds after the start, every store request fails "
+        "(repeatable).",
+    ),
+]
+ExitOnFenceOption = Annotated[
+    bool,
+    option(
+        "--exit-on-fence",
+        help="Exit 3 when fenced (for an outside supervisor) instead of rejoining with a new "
+        "term once the store answers.",
+    ),
+]
 
 
 @app.command("node")
 def node(
     store: StoreOption,
     node_id: NodeIdOption,
-    ttl_s: TtlOption = 5.0,
+    ttl_s: TtlOption = TTL_S_DEFAULT,
     poll_s: PollOption = 2.0,
     debounce_s: DebounceOption = 5.0,
-    checkpoint_interval_s: CheckpointIntervalOption = 1.0,
+    checkpoint_interval_s: CheckpointIntervalOption = CHECKPOINT_INTERVAL_S_DEFAULT,
     checkpoint_timeout_s: CheckpointTimeoutOption = 15.0,
     retry_delay_s: RetryDelayOption = 2.0,
     drain_ack_timeout_s: DrainAckTimeoutOption = 10.0,
@@ -145,6 +163,8 @@ def node(
     fault_latency_ms: FaultLatencyOption = 0.0,
     fault_seed: FaultSeedOption = 0,
     fault_outage_file: FaultOutageFileOption = None,
+    fault_outages: FaultOutageOption = None,
+    exit_on_fence: ExitOnFenceOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Run one node (control plane, distributed checkpoints, the reference engine over the

@@ -6,9 +6,12 @@ Leader and fencing token (or "no live leader (last: node 2, token 2, renewed 40 
 when the head record is older than the lease ttl or its node is dead), members and their
 states (dead when not renewed within their ttl, or taken over after they stopped), the
 assignment head (version, draining or not, vnodes per node), the last committed cluster
-checkpoint (epoch, age; its references checked) and source lag per event-log partition with
-the total. `--watch` redraws the view with rich `Live` every `--interval` seconds until Ctrl-C,
-keeping one membership observer; with `--json` it prints one JSON document per interval.
+checkpoint (epoch, age; its references checked), source lag per event-log partition with
+the total, and the live store request rate per node and in total (JSON `requests`: per kind,
+from the counters each node's lease record carries; a one-shot view reads the members twice, a
+renewal apart, at most 10 s, so the rate is that of the last interval). `--watch` redraws the
+view with rich `Live` every `--interval` seconds until Ctrl-C, keeping one membership observer;
+with `--json` it prints one JSON document per interval.
 
 Exit codes: a one-shot view exits 1 when a section found a problem (a bad record names its
 object), and with `--check` also when no live leader holds the cluster (saying why, on

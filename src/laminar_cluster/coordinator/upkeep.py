@@ -27,6 +27,7 @@ from laminar_cluster.coordinator.sink_commits import SinkCommitWriter
 from laminar_cluster.errors import LaminarError
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
+from laminar_cluster.rebalance.node.stats import counted_as
 from laminar_cluster.store import ObjectStore
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ class LeaderUpkeep:
         budget = deletes_per_step(len(fence.participants))
         try:
             async with within_deadline(self.clock, until, "attempt retention"):
-                return await self.retention.step(checkpoint_id, keep, max_deletes=budget)
+                with counted_as("retention"):  # its requests are priced apart (bench cost)
+                    return await self.retention.step(checkpoint_id, keep, max_deletes=budget)
         except LaminarError as error:
             logger.warning("attempt retention below checkpoint %d failed: %s", checkpoint_id, error)
             return None
@@ -109,7 +111,8 @@ class LeaderUpkeep:
         until = self.clock.monotonic() + (deadline - self.clock.monotonic()) / 2
         try:
             async with within_deadline(self.clock, until, "artifact floor step"):
-                step = await self.floor.step(proof, deadline=until)
+                with counted_as("retention"):
+                    step = await self.floor.step(proof, deadline=until)
         except LaminarError as error:
             logger.warning("artifact floor step failed: %s", error)
             return None

@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
+from laminar_cluster.clock import Clock
 from laminar_cluster.errors import DeadlineExceeded
 from laminar_cluster.store import ObjectStore
 
@@ -70,7 +71,9 @@ class NodeTimings:
         ]
 
 
-# The stream node's timings (demo, bench pipeline, chaos): the node command's own lease ttl.
+# The stream node's timings (demo, bench pipeline, chaos): a 5 s lease ttl, shorter than the node
+# command's default (10 s, chosen for the store bill) so that a killed node is recovered sooner,
+# and the fleet's short checkpoint interval and polls.
 STREAM_NODE_TIMINGS: Final = NodeTimings(ttl_s=5.0)
 
 
@@ -99,7 +102,10 @@ class Run:
 
 
 class NodeFleet:
-    def __init__(self, store_url: str, log_dir: Path, timings: NodeTimings) -> None:
+    """Node processes on one store (module docstring); `timings` None starts them with the
+    node command's own defaults."""
+
+    def __init__(self, store_url: str, log_dir: Path, timings: NodeTimings | None) -> None:
         self.store_url, self.log_dir, self.timings = store_url, log_dir, timings
         self.runs: list[Run] = []
 
@@ -110,7 +116,8 @@ class NodeFleet:
             raise RuntimeError(f"node {node} is already running")
         log_path = self.log_dir / f"node-{node}-run-{len(self.runs)}.log"
         command = [sys.executable, "-m", "laminar_cluster.cli", "node", "--store", self.store_url]
-        command += ["--node-id", str(node), *self.timings.options(), *extra_args]
+        timings = () if self.timings is None else self.timings.options()
+        command += ["--node-id", str(node), *timings, *extra_args]
         with open(log_path, "ab") as stderr:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
@@ -160,6 +167,34 @@ class NodeFleet:
             if time.monotonic() >= deadline:
                 raise DeadlineExceeded(f"{what}: not reached in {timeout_s} s")
             time.sleep(POLL_S)
+
+    async def until(
+        self,
+        what: str,
+        check: Callable[[], Awaitable[bool]],
+        *,
+        clock: Clock,
+        timeout_s: float,
+        may_exit: Callable[[Run], bool] = lambda run: False,
+        poll_s: float = 0.1,
+    ) -> None:
+        """Refresh the logs and await `check()` until it holds; DeadlineExceeded naming `what`
+        with every run's log tail when `timeout_s` passes first, or when a node exited and
+        `may_exit(run)` says it should not have."""
+        deadline = clock.monotonic() + timeout_s
+        while True:
+            self.refresh()
+            if await check():
+                return
+            for run in self.runs:
+                if not run.alive and not may_exit(run):
+                    raise DeadlineExceeded(
+                        f"node {run.node} exited {run.process.returncode} while waiting for "
+                        f"{what}\n{self.tail(30)}"
+                    )
+            if clock.monotonic() >= deadline:
+                raise DeadlineExceeded(f"{what}: not in {timeout_s:.0f} s\n{self.tail(30)}")
+            await clock.sleep(poll_s)
 
     def tail(self, lines: int = 40) -> str:
         """The last `lines` lines of every run's log, for a failure report."""

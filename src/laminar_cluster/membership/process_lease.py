@@ -125,6 +125,9 @@ class ProcessLeaseHolder:
         # back failed): the next renewal adopts it if it is what the store holds.
         self._unconfirmed: NodeLeaseRecord | None = None
         self._lock = asyncio.Lock()  # one renewal at a time: our own CAS never races itself
+        # Every boot an `acquire` call of this holder used, written or not (a start that applied
+        # unseen still names one of them): how a fenced process recognizes its own records.
+        self.boots: list[str] = []
 
     @property
     def record(self) -> NodeLeaseRecord:
@@ -151,6 +154,7 @@ class ProcessLeaseHolder:
         if self._held is not None:
             raise InvalidArgument(f"{self.key}: this holder already acquired its lease")
         boot = str(self._clock.uuid4())
+        self.boots.append(boot)
         async with within_deadline(self._clock, deadline, f"{self.key}: acquire"):
             for attempt in range(PROCESS_LEASE_ATTEMPTS_MAX):
                 if attempt:

@@ -3,6 +3,8 @@
 Local state only (no store request), checked in this order; the first that fails is the
 one-line reason:
 
+0. the process is not rejoining after a fence (`rebalance.node.rejoin`: the reason it was
+   fenced is the answer until a new incarnation starts);
 1. the process lease is held: acquired, not released by a leave, renewed within its ttl on
    this process's monotonic clock (a fenced process has no valid lease: ML-2, ML-5);
 2. no problem repeats without progress: a node stuck on a bad record (it logs the problem
@@ -29,6 +31,8 @@ NOT_STARTED: Final = "starting: the process lease is not acquired yet"
 def node_readiness(node: RebalanceNode) -> str | None:
     """None when `node` is ready, else why not (module docstring)."""
     holder, clock = node.holder, node.clock
+    if node.rejoining is not None:
+        return f"rejoining after a fence: {node.rejoining}"
     if holder is None or node.controller is None:
         return NOT_STARTED
     if holder.released:

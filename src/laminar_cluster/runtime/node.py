@@ -57,6 +57,7 @@ from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.data_plane import DataPlane
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, OwnersOf
+from laminar_cluster.rebalance.engine.restores import RestoredCuts, Restorer, RestoreSource
 from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.rebalance.node.log import NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import (
@@ -65,6 +66,7 @@ from laminar_cluster.rebalance.node.rebalance_node import (
     RebalanceNode,
     StoreWrapper,
 )
+from laminar_cluster.rebalance.node.stats import counted_as
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.runtime.checkpoint_guards import check_checkpoint_layout, lost_participants
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
@@ -163,6 +165,20 @@ class CountedCheckpointer:
         return result
 
 
+class CountedRestorer:
+    """A `Restorer` whose store requests count as `restore` (checkpoint reads), apart from
+    the source reads of the engine task that calls it."""
+
+    def __init__(self, inner: Restorer) -> None:
+        self.inner = inner
+
+    async def __call__(
+        self, source: RestoreSource, vnodes: tuple[int, ...], *, deadline: float
+    ) -> RestoredCuts:
+        with counted_as("restore"):
+            return await self.inner(source, vnodes, deadline=deadline)
+
+
 class StreamNode:
     """One node process with a data plane (default: the reference engine) over `store` (the
     caller opens and closes it); `run`, `request_leave` and `stop` are the `RebalanceNode`'s."""
@@ -239,7 +255,9 @@ class StreamNode:
             clock=clock,
             participant=participant,
             plane=self._plane_factory(node.store, clock),
-            restorer=CheckpointRestorer(node.store, node.decisions, node.authority),
+            restorer=CountedRestorer(
+                CheckpointRestorer(node.store, node.decisions, node.authority)
+            ),
             config=self.stream.engine,
             checkpointer=checkpointer,
         )

@@ -11,7 +11,7 @@ began counting (basis `since start`). Members that left or are dead are not coun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,6 +19,11 @@ from laminar_cluster.membership.discovery import Member
 from laminar_cluster.membership.records import StoreRequestCounts
 
 OPS: Final = ("get", "head", "put", "list", "delete")
+# A one-shot reader's second read of the members comes this much past the longest renewal
+# interval of the members that report (nodes renew every ttl / 4), and never later than
+# SECOND_READ_S_MAX.
+SECOND_READ_MARGIN: Final = 1.25
+SECOND_READ_S_MAX: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +86,13 @@ def _rate(previous: _Sample | None, sample: _Sample) -> dict[str, Any]:
         for op, d in zip(OPS, deltas, strict=True)
     }
     return {"basis": basis, "span_ms": span_ms, "per_s": per_s}
+
+
+def second_read_wait_s(members: Iterable[Member]) -> float | None:
+    """How long a one-shot reader waits before reading the members again, so that each live
+    node reporting requests renews (and reports) once in between: a little over the longest
+    renewal interval among them, at most `SECOND_READ_S_MAX`; None when none reports."""
+    ttls_ms = [m.record.ttl_ms for m in members if m.live and m.record.report is not None]
+    if not ttls_ms:
+        return None
+    return min(max(ttls_ms) / 4 / 1000 * SECOND_READ_MARGIN, SECOND_READ_S_MAX)

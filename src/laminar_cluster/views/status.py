@@ -19,7 +19,12 @@ own section (the problem names the object):
   checked once per Commit (`views.references`: deployment, recovery capsule; a one-shot
   `status` also the participant manifests, a watch or the console only the capsule: they
   refresh every second or two and each request counts);
-* source lag (`views.status_lag`).
+* source lag (`views.status_lag`);
+* store requests per second by kind, per node and in total (`views.request_rates`), from the
+  cumulative counters each node's lease record carries (ML-12): over the interval between two
+  reports of one incarnation once the reader saw two (a watch; a one-shot `status` reads the
+  members a second time a renewal later, `read_rates_again`), else the average since the
+  process began counting.
 
 `check()` is `status --check`: None when a live leader holds a cluster without problems, else
 why not. Read-only by construction: every request goes through `ReadOnlyStore`.
@@ -54,6 +59,7 @@ from laminar_cluster.views.lease import leader_liveness, view_lease
 from laminar_cluster.views.members import member_row
 from laminar_cluster.views.read_only import ReadOnlyStore
 from laminar_cluster.views.references import ReferenceCheck
+from laminar_cluster.views.request_rates import RequestRates, second_read_wait_s
 from laminar_cluster.views.status_lag import (
     LAG_UNKNOWN_NOTE,
     EndOffsets,
@@ -94,6 +100,7 @@ class StatusView:
     assignment: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     lag: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     problems: list[dict[str, str | None]] = field(default_factory=list)
 
@@ -128,6 +135,7 @@ class StatusView:
             "assignment": self.assignment,
             "checkpoint": self.checkpoint,
             "lag": self.lag,
+            "requests": self.requests,
             "notes": self.notes,
             "problems": self.problems,
         }
@@ -164,6 +172,7 @@ class StatusReader:
         self._identity: DeploymentIdentity | None = None
         self.clock = clock
         self.discovery = Discovery(self.store, clock)
+        self.rates = RequestRates()
         self.event_log = None if event_log is None else event_log(self.store)
         # What the last `read` found, for views built on top (views.console_feed).
         self.last_head: LeaderAuthorityRecord | None = None
@@ -249,6 +258,21 @@ class StatusReader:
             row["unchanged_s"] = round(member.unchanged_s, 3)
             rows.append(row)
         view.members = rows
+        view.requests = self.rates.observe(polled.members)
+
+    async def read_rates_again(self, view: StatusView, *, timeout_s: float) -> None:
+        """Read the members a second time a renewal later (`second_read_wait_s`), so each
+        node's request rate covers the interval between two of its reports."""
+        wait_s = second_read_wait_s(self.last_members)
+        if wait_s is None:
+            return
+        await self.clock.sleep(wait_s)
+
+        async def again(deadline: float) -> None:
+            polled = await self.discovery.poll(deadline=deadline)
+            view.requests = self.rates.observe(polled.members)
+
+        await self._guarded(view, "requests", timeout_s, again)
 
     async def _assignment(self, view: StatusView) -> None:
         versions = await inventory(self.store)
@@ -364,5 +388,6 @@ async def status_once(
     """One status view of `store` (tests call it on a store they built)."""
     reader = StatusReader(store, clock, event_log_opener(clock), deep=True)
     view = await reader.read(timeout_s=timeout_s)
+    await reader.read_rates_again(view, timeout_s=timeout_s)
     view.notes.append(MEMBERS_NOTE)
     return view

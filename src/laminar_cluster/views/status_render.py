@@ -58,7 +58,24 @@ def _summary(view: StatusView) -> Table:
     grid.add_row("checkpoint", _checkpoint_text(view.checkpoint))
     lag = view.lag
     grid.add_row("source lag", "unknown" if not lag.get("known") else f"{lag['total']:,} events")
+    grid.add_row("store requests", _requests_text(view.requests))
     return grid
+
+
+def _requests_text(requests: dict[str, Any] | None) -> str:
+    """`41.2/s: get 30.1, put 6.0, list 5.1 (3 nodes, over their last renewal interval)`."""
+    if requests is None or not requests["nodes"]:
+        return "unknown (no live node reports its requests)"
+    total = requests["total_per_s"]
+    kinds = ", ".join(f"{kind} {total[kind]:g}" for kind in requests["kinds"] if total[kind])
+    nodes = requests["nodes"]
+    bases = {row["basis"] for row in nodes}
+    basis = (
+        "over their last renewal interval"
+        if bases == {"interval"}
+        else "some averaged since their process started"
+    )
+    return f"{sum(total.values()):.1f}/s: {kinds or 'none'} ({len(nodes)} nodes, {basis})"
 
 
 def _assignment_text(assignment: dict[str, Any] | None) -> str:
@@ -98,7 +115,8 @@ def _state_style(state: str) -> str:
 def _members(view: StatusView, compact: bool) -> RenderableType:
     if not view.members:
         return Text("no members")
-    rows = table("node", "state", "term", "vnodes", "renewed", "boot", title="members")
+    rows = table("node", "state", "term", "vnodes", "renewed", "req/s", "boot", title="members")
+    rates = {} if view.requests is None else {r["node"]: r for r in view.requests["nodes"]}
     for member in view.members:
         state = member["state"]
         leader = (
@@ -110,9 +128,18 @@ def _members(view: StatusView, compact: bool) -> RenderableType:
             cell(member["term"]),
             cell(member.get("vnodes", 0)),
             f"{member['last_renewal_age_ms'] / 1000:.1f} s ago",
+            _node_rate(rates.get(member["node"])),
             member["boot"][:BOOT_SHORT_CHARS] if compact else member["boot"],
         )
     return rows
+
+
+def _node_rate(row: dict[str, Any] | None) -> str:
+    """A node's requests per second, `~` marking an average since its process started."""
+    if row is None:
+        return "-"
+    rate = sum(row["per_s"].values())
+    return f"{rate:.1f}" if row["basis"] == "interval" else f"~{rate:.1f}"
 
 
 def _lag(view: StatusView) -> Table | None:

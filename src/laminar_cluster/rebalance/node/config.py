@@ -12,6 +12,11 @@ from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.rebalance.config import RebalanceConfig
 
 VNODE_COUNT_DEFAULT: Final = 256
+# Defaults chosen for the store bill (docs/protocols/membership.md and leader-authority.md,
+# "Cost"): every renewal is a PUT, so the lease ttl sets the idle price. 10 s (renewals every
+# 2.5 s) costs half of 5 s and detects a dead node or leader about 5 s later.
+TTL_S_DEFAULT: Final = 10.0
+CHECKPOINT_INTERVAL_S_DEFAULT: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +25,10 @@ class NodeConfig:
     `poll_s` is the discovery refresh and the watcher/audit tick (`watcher_poll`)."""
 
     node_id: int
-    ttl_s: float = 5.0
+    ttl_s: float = TTL_S_DEFAULT
     poll_s: float = 2.0
     debounce_s: float = 5.0
-    checkpoint_interval_s: float = 5.0
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S_DEFAULT
     retry_delay_s: float = 2.0
     drain_ack_timeout_s: float = 10.0
     checkpoint_timeout_s: float = 15.0
@@ -34,6 +39,9 @@ class NodeConfig:
     monitor_interval_s: float | None = None
     # How often a rival re-reads the leader lease head while it observes (None: renew / 4).
     observe_interval_s: float | None = None
+    # A fenced process stops (exit 3) instead of rejoining with a new incarnation
+    # (rebalance.node.rejoin).
+    exit_on_fence: bool = False
 
     def __post_init__(self) -> None:
         if self.node_id < 1:

@@ -31,6 +31,8 @@ from laminar_cluster.errors import RETRYABLE, Fenced, LaminarError, Refused
 from laminar_cluster.fencing import LeaderProof
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.coordinated.stopped import run_stopped_recovery_round
+from laminar_cluster.rebalance.node.log import NodeLog
+from laminar_cluster.rebalance.node.stats import PurposeCountingStore
 from laminar_cluster.rebalance.refusals import Refusal, refused_because
 from laminar_cluster.rebalance.rotation.planner import try_rebalance
 
@@ -47,6 +49,31 @@ async def rebalance_attempt(ctx: RebalanceContext, live: Sequence[int]) -> int |
         if settled is not None:
             return settled
     return await try_rebalance(ctx, live)
+
+
+async def logged_attempt(
+    ctx: RebalanceContext, live: Sequence[int], log: NodeLog, requests: PurposeCountingStore
+) -> int | None:
+    """`rebalance_attempt`, logged (`rotated` with its own store requests, or
+    `rebalance_failed`); the caller holds the node's `leader_work`."""
+    clock = ctx.clock
+    started_s = clock.monotonic()
+    before = requests.count_of("rebalance")
+    try:
+        settled = await rebalance_attempt(ctx, live)
+    except LaminarError as error:
+        log.write("rebalance_failed", kind=type(error).__name__, error=str(error), live=list(live))
+        raise
+    if settled is not None:
+        log.write(
+            "rotated",
+            version=settled,
+            live=list(live),
+            attempt_started=started_s,
+            attempt_s=round(clock.monotonic() - started_s, 4),
+            requests=requests.count_of("rebalance") - before,
+        )
+    return settled
 
 
 class RebalanceLoop:

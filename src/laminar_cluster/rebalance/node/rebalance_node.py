@@ -1,11 +1,11 @@
 """`RebalanceNode`: one process's whole rebalance control plane (RB §1, RB §4.2, RB §4.17).
 
-`run()` acquires the node's process lease (a new boot and term), activates it and reads the
-first membership view, each step retried on StoreUnavailable until one startup deadline
-(`node_startup`; a startup that cannot finish logs `startup_failed` and exits 5), then runs
-until it leaves, is stopped or is fenced, in one TaskGroup:
+`run()` starts an incarnation: it acquires the node's process lease (a new boot and term),
+activates it and reads the first membership view, each step retried on StoreUnavailable until
+one startup deadline (`node_startup`; a first startup that cannot finish logs `startup_failed`
+and exits 5), then runs until it leaves, is stopped or is fenced, in one TaskGroup:
 
-* the process lease renewal (`membership.leave.keep_renewed`; a newer start fences it: exit 3);
+* the process lease renewal (`membership.leave.keep_renewed`);
 * the `StoreClusterController`'s discovery refresh every `poll_s`;
 * leadership: `LeaderLeaseManager`s back to back while this node is a candidate
   (`node_leadership.leader_eligible`; a fenced manager is replaced by a new one, which begins
@@ -18,6 +18,10 @@ until it leaves, is stopped or is fenced, in one TaskGroup:
 * graceful leave (`node_leave`, RB §4.17), once `request_leave()` is called (the CLI's
   SIGTERM/SIGINT): draining, drained, left, then stop (exit 0; exit 4 out of leave time).
 
+A fenced incarnation (its lease lapsed, or was taken over) is followed by a new one once the
+store answers (`rebalance.node.rejoin`: a new term, a cold engine), unless `exit_on_fence` or a
+newer process holds the node id (exit 3). The factories below run once per incarnation.
+
 By default the engine is the `BaseEngine` (no data plane) with a `LeaderCheckpointer`. A
 runtime reuses this assembly without copying it (runtime.node.StreamNode does) through keyword
 arguments:
@@ -27,7 +31,7 @@ arguments:
   (the periodic checkpoint of `LeaderDuties` and the pre-rotation checkpoint of a rotation);
 * `extra_tasks(ctx, shutdown)`: more long-running `(purpose, coroutine)` pairs started in the
   node's TaskGroup after the core tasks (their store requests counted under `purpose`; like
-  every task, cancelled `SHUTDOWN_GRACE_S` after shutdown if still running);
+  every task, cancelled `tasks.SHUTDOWN_GRACE_S` after shutdown if still running);
 * `store_wrapper(store)`: wraps the caller's store under the node's request counter (metrics);
 * `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to;
 * `restoring()`: the vnodes the engine still restores, for the report each process lease
@@ -41,13 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
 from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import LaminarError
+from laminar_cluster.errors import DeadlineExceeded, LaminarError, StoreUnavailable
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.lease.manager import LeaseManagerConfig
@@ -67,13 +71,19 @@ from laminar_cluster.rebalance.engine.handoff_checkpoint import (
 from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT, NodeConfig
 from laminar_cluster.rebalance.node.duties import LeaderDuties
 from laminar_cluster.rebalance.node.idle import IdleAttempts, IdleKey
-from laminar_cluster.rebalance.node.leadership import ManagedLeadership, leader_eligible
+from laminar_cluster.rebalance.node.leadership import ManagedLeadership
 from laminar_cluster.rebalance.node.leave import EXIT_LEAVE_TIMEOUT, EXIT_LEFT, GracefulLeave
 from laminar_cluster.rebalance.node.log import NodeLog
-from laminar_cluster.rebalance.node.loop import RebalanceLoop, rebalance_attempt
+from laminar_cluster.rebalance.node.loop import RebalanceLoop, logged_attempt
 from laminar_cluster.rebalance.node.monitor import NodeMonitor
+from laminar_cluster.rebalance.node.rejoin import Rejoiner
 from laminar_cluster.rebalance.node.startup import acquire_lease, activate_lease, first_members
-from laminar_cluster.rebalance.node.stats import PurposeCountingStore, counting_as
+from laminar_cluster.rebalance.node.stats import PurposeCountingStore
+from laminar_cluster.rebalance.node.tasks import (
+    cancel_after_shutdown,
+    counted_task,
+    follow_candidacy,
+)
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.rebalance.watcher.snapshot_watcher import SnapshotWatcher
 from laminar_cluster.store import ObjectStore
@@ -84,8 +94,6 @@ EXIT_STOPPED: Final = 1  # stopped without leaving (a second signal)
 EXIT_FENCED: Final = 3
 EXIT_STARTUP_FAILED: Final = 5  # the startup deadline passed, or a store error no retry fixes
 STARTUP_TIMEOUT_S: Final = 30.0
-# How long tasks get to finish by themselves after shutdown before they are cancelled.
-SHUTDOWN_GRACE_S: Final = 2.0
 
 EngineFactory = Callable[[Clock, FenceParticipant, Checkpointer], BaseEngine]
 CheckpointerFactory = Callable[
@@ -152,6 +160,10 @@ class RebalanceNode:
         self.metrics = metrics
         self.shutdown = asyncio.Event()
         self.leave_requested = asyncio.Event()
+        self._interrupted = asyncio.Event()  # a leave or a stop was asked for: never rejoin
+        # Why the last incarnation was fenced, while the process waits to rejoin (`/readyz`).
+        self.rejoining: str | None = None
+        self._holders: list[ProcessLeaseHolder] = []
         self.leader_work = asyncio.Lock()
         self.exit_code = EXIT_STOPPED
         self.rotations = 0  # rotations this process settled as leader
@@ -167,35 +179,72 @@ class RebalanceNode:
         self._duties: LeaderDuties | None = None
 
     def request_leave(self) -> None:
-        """Leave gracefully (draining, drained, left), then stop."""
+        """Leave gracefully (draining, drained, left), then stop; while rejoining after a
+        fence, stop (there is nothing to drain)."""
         self.leave_requested.set()
+        self._interrupted.set()
 
     def stop(self) -> None:
         """Stop now, without leaving: peers will see this node die after a ttl."""
         self.shutdown.set()
+        self._interrupted.set()
 
     async def run(self) -> int:
-        """Run until left (0), stopped (1), fenced (3), out of leave time (4) or unable to
-        start (5: the startup deadline passed, or a store error that no retry fixes)."""
+        """Run until left (0), stopped (1), fenced (3: only with `exit_on_fence`, or when a
+        newer process holds the node id), out of leave time (4) or unable to start (5: the
+        startup deadline passed, or a store error that no retry fixes). A fenced incarnation
+        is followed by a new one once the store answers (`rejoin`)."""
+        fenced = await self._incarnation(first=True)
+        rejoiner = Rejoiner(self.store, self.clock, self.config.node_id, self.log)
+        while fenced is not None and self._may_rejoin():
+            self.rejoining = fenced
+            if not await rejoiner.wait(fenced, self._boots(), stop=self._interrupted):
+                break
+            self.rejoining = None
+            fenced = await self._incarnation(first=False, attempts=rejoiner.attempts)
+        self.rejoining = None
+        self.log.write("stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    def _may_rejoin(self) -> bool:
+        return not (self.config.exit_on_fence or self._interrupted.is_set())
+
+    def _boots(self) -> set[str]:
+        return {boot for holder in self._holders for boot in holder.boots}
+
+    async def _incarnation(self, *, first: bool, attempts: int = 0) -> str | None:
+        """One process incarnation: start, then the node's tasks until they end. Why it was
+        fenced (exit code 3), or None when it ended otherwise. A later incarnation's startup
+        that the store stopped (unavailable, deadline) counts as fenced: the wait goes on."""
+        self.exit_code = EXIT_STOPPED
+        fenced: str | None = None
+        retried: tuple[type[LaminarError], ...] = (
+            () if first else (StoreUnavailable, DeadlineExceeded)
+        )
         try:
             holder, leadership, loop = await self._start()
         except ProcessFenced as error:
-            self.log.write("fenced", error=str(error))
-            self.exit_code = EXIT_FENCED
+            fenced = str(error)
+        except retried as error:
+            fenced = f"startup failed: {type(error).__name__}: {error}"
         except LaminarError as error:
             self.log.write("startup_failed", kind=type(error).__name__, error=str(error))
             self.exit_code = EXIT_STARTUP_FAILED
+            return None
         else:
+            if not first:
+                self.log.write("rejoined", term=holder.record.lease.term, attempts=attempts)
             try:
                 await self._run_tasks(holder, leadership, loop)
             except* ProcessFenced as group:
-                self.log.write("fenced", error=str(group.exceptions[0]))
-                self.exit_code = EXIT_FENCED
+                fenced = str(group.exceptions[0])
             except* Exception as group:
                 self.log.write("crashed", error=repr(group.exceptions[0]))
                 raise
-        self.log.write("stopped", exit_code=self.exit_code)
-        return self.exit_code
+        if fenced is not None:
+            self.exit_code = EXIT_FENCED
+            self.log.write("fenced", error=fenced, rejoin=self._may_rejoin())
+        return fenced
 
     async def _start(self) -> tuple[ProcessLeaseHolder, ManagedLeadership, RebalanceLoop]:
         """Acquire and activate the process lease, assemble the control plane and read the
@@ -206,7 +255,8 @@ class RebalanceNode:
         holder = ProcessLeaseHolder(
             self.store, clock, config.node_id, ttl_s=config.ttl_s, report=self._report
         )
-        self.holder = holder
+        self.holder, self._duties = holder, None
+        self._holders.append(holder)
         acquired = await acquire_lease(holder, clock, deadline=deadline)
         predecessor = acquired.predecessor
         self.log.write(
@@ -290,28 +340,14 @@ class RebalanceNode:
             key = await self._idle_key(ctx, live)
             if key is not None and self._idle.skip(key):
                 return None
-            started_s = self.clock.monotonic()
-            before = self.requests.count_of("rebalance")
             try:
-                settled = await rebalance_attempt(ctx, live)
-            except LaminarError as error:
+                settled = await logged_attempt(ctx, live, self.log, self.requests)
+            except LaminarError:
                 self._idle.forget()
-                self.log.write(
-                    "rebalance_failed", kind=type(error).__name__, error=str(error), live=list(live)
-                )
                 raise
             self._idle.settled(key if ctx.attempt.idle else None, settled)
-            if settled is not None:
-                self.rotations += 1
-                self.log.write(
-                    "rotated",
-                    version=settled,
-                    live=list(live),
-                    attempt_started=started_s,
-                    attempt_s=round(self.clock.monotonic() - started_s, 4),
-                    requests=self.requests.count_of("rebalance") - before,
-                )
-            return settled
+        self.rotations += settled is not None
+        return settled
 
     async def _idle_key(self, ctx: RebalanceContext, live: Sequence[int]) -> IdleKey | None:
         """The idle key now, or None (the attempt runs) when it cannot be read."""
@@ -343,54 +379,32 @@ class RebalanceNode:
             interval_s=self.config.monitor_interval_s or min(0.02, self.config.poll_s / 10),
             stats_interval_s=self.config.stats_interval_s,
         )
-        watcher = SnapshotWatcher(ctx, self.metrics)
+        watcher, poll_s = SnapshotWatcher(ctx, self.metrics), self.config.poll_s
+        candidacy = follow_candidacy(
+            controller, engine, leadership, poll_s=poll_s, shutdown=shutdown
+        )
+        work: list[tuple[str | None, Coroutine[Any, Any, None]]] = [
+            ("lease", self._renew(holder)),
+            ("membership", controller.run(shutdown, poll_s)),
+            ("leadership", leadership.run(shutdown)),
+            (None, candidacy),
+            ("watcher", watcher.run(shutdown)),
+            ("rebalance", loop.run(shutdown)),
+            ("duties", duties.run(shutdown)),
+            ("leave", self._leave_when_asked(holder)),
+            (None, monitor.run(shutdown)),
+        ]
+        if self._extra_tasks is not None:
+            work.extend(self._extra_tasks(ctx, shutdown))
         async with asyncio.TaskGroup() as group:
             tasks = [
-                group.create_task(_as("lease", self._renew(holder))),
-                group.create_task(_as("membership", controller.run(shutdown, self.config.poll_s))),
-                group.create_task(_as("leadership", leadership.run(shutdown))),
-                group.create_task(self._follow_candidacy(leadership)),
-                group.create_task(_as("watcher", watcher.run(shutdown))),
-                group.create_task(_as("rebalance", loop.run(shutdown))),
-                group.create_task(_as("duties", duties.run(shutdown))),
-                group.create_task(_as("leave", self._leave_when_asked(holder))),
-                group.create_task(monitor.run(shutdown)),
+                group.create_task(job if purpose is None else counted_task(purpose, job))
+                for purpose, job in work
             ]
-            if self._extra_tasks is not None:
-                for purpose, work in self._extra_tasks(ctx, shutdown):
-                    tasks.append(group.create_task(_as(purpose, work)))
-            group.create_task(self._cancel_after_shutdown(tasks))
-
-    async def _follow_candidacy(self, leadership: ManagedLeadership) -> None:
-        """Keep the leader candidacy equal to `leader_eligible` (node_leadership), checked
-        every quarter poll from local state only (the registry and the latest view)."""
-        controller, engine = self.controller, self.engine
-        assert controller is not None and engine is not None
-        while not self.shutdown.is_set():
-            view = controller.membership_view()
-            live = () if view is None else view.live_nodes()
-            leadership.set_eligible(
-                leader_eligible(self.config.node_id, engine.registry().owners, live)
-            )
-            try:
-                async with self.clock.timeout_at(self.clock.monotonic() + self.config.poll_s / 4):
-                    await self.shutdown.wait()
-            except TimeoutError:
-                pass
+            group.create_task(cancel_after_shutdown(tasks, self.clock, shutdown))
 
     async def _renew(self, holder: ProcessLeaseHolder) -> None:
         await keep_renewed(holder, self.clock, interval_s=self.config.renew_interval_s)
-
-    async def _cancel_after_shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
-        """After shutdown, give the tasks `SHUTDOWN_GRACE_S` to return, then cancel the rest."""
-        await self.shutdown.wait()
-        try:
-            async with self.clock.timeout_at(self.clock.monotonic() + SHUTDOWN_GRACE_S):
-                await asyncio.wait(tasks)
-        except TimeoutError:
-            pass
-        for task in tasks:
-            task.cancel()
 
     async def _leave_when_asked(self, holder: ProcessLeaseHolder) -> None:
         """RB §4.17 graceful exit (`node_leave`), then shutdown."""
@@ -400,9 +414,3 @@ class RebalanceNode:
         if exit_code is not None:
             self.exit_code = exit_code
             self.shutdown.set()
-
-
-async def _as(purpose: str, work: Awaitable[None]) -> None:
-    """Run `work` with its store requests counted under `purpose`."""
-    counting_as(purpose)
-    await work
