@@ -134,6 +134,20 @@ def exact_committed_fence(
         return None
 
 
+def _terminal_transition(
+    ctx: RebalanceContext, state: WatcherState, audited_terminal: AuditedDrainOutcome | None
+) -> AssignmentDrainTransition | None:
+    """The drain this process settles: its active one, else an audited one it took part in."""
+    transition = state.active_local_drain
+    if (
+        transition is None
+        and audited_terminal is not None
+        and local_drain_participant(ctx, audited_terminal.transition) is not None
+    ):
+        transition = audited_terminal.transition
+    return transition
+
+
 async def settle_terminal_drain(
     ctx: RebalanceContext,
     state: WatcherState,
@@ -145,13 +159,7 @@ async def settle_terminal_drain(
 ) -> tuple[bool, int]:
     """RB §4.13 for the committed head `snapshot`: (False, _) skips the rest of the tick; the
     second value is the authority revision the tick continues with."""
-    transition = state.active_local_drain
-    if (
-        transition is None
-        and audited_terminal is not None
-        and local_drain_participant(ctx, audited_terminal.transition) is not None
-    ):
-        transition = audited_terminal.transition
+    transition = _terminal_transition(ctx, state, audited_terminal)
     if transition is None:
         state.terminal_resolution_hold = None
         return True, revision

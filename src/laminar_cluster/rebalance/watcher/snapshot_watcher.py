@@ -38,6 +38,8 @@ from typing import Final
 from laminar_cluster.assignment.digest import drain_id
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import within_deadline
+from laminar_cluster.codec.shape import ShapeViolation
+from laminar_cluster.errors import LaminarError
 from laminar_cluster.rebalance.audit.binding import RecoveryScope, local_recovery_assignment_scope
 from laminar_cluster.rebalance.audit.drain import audit_drain_predecessor, local_drain_participant
 from laminar_cluster.rebalance.audit.generation import audit_snapshot_authority_outcome
@@ -283,20 +285,7 @@ class SnapshotWatcher(WatcherState):
         try:
             adoption = await self._adopt(head, outcome, scope, head_deadline)
         except STEP_FAILURES as error:
-            if not refused_because(error, Refusal.SHUFFLE_NOT_READY):
-                _log_adoption_failure(head.assignment_version, error)
-                return revision
-            logger.info(
-                "assignment %d: shuffle not ready; keeping the predecessor: %s",
-                head.assignment_version,
-                error,
-            )
-            try:
-                await self.ensure_current_assignment_authority_cached(outcome)
-            except STEP_FAILURES as cache_error:
-                logger.warning("predecessor authority not re-audited: %s", cache_error)
-                return None
-            return revision
+            return await self._adoption_failed(head, outcome, error, revision)
         self.cache(head)
         revision = engine.authority_revision()
         if scope is RecoveryScope.PARTICIPANT:
@@ -306,6 +295,29 @@ class SnapshotWatcher(WatcherState):
             self.installed_fence = None
             self.dirty = True
             await self._fault_if_participant(head)
+            return None
+        return revision
+
+    async def _adoption_failed(
+        self,
+        head: AssignmentSnapshot,
+        outcome: AuditedAssignmentAuthority,
+        error: LaminarError | ShapeViolation,
+        revision: int,
+    ) -> int | None:
+        """An adoption that failed: a shuffle not ready keeps the predecessor (re-audited)."""
+        if not refused_because(error, Refusal.SHUFFLE_NOT_READY):
+            _log_adoption_failure(head.assignment_version, error)
+            return revision
+        logger.info(
+            "assignment %d: shuffle not ready; keeping the predecessor: %s",
+            head.assignment_version,
+            error,
+        )
+        try:
+            await self.ensure_current_assignment_authority_cached(outcome)
+        except STEP_FAILURES as cache_error:
+            logger.warning("predecessor authority not re-audited: %s", cache_error)
             return None
         return revision
 
