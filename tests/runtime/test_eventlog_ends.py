@@ -51,6 +51,10 @@ class KeyCounting(CountingStore):
         self.note("list", prefix)
         return await super().list(prefix, offset=offset, limit=limit)
 
+    async def get(self, key, *, end=None):  # type: ignore[no-untyped-def]
+        self.note("get", key)
+        return await super().get(key, end=end)
+
 
 @BACKENDS
 def test_appends_publish_ends_and_concurrent_appends_share_writes(
@@ -100,8 +104,36 @@ def test_a_reader_that_polled_the_ends_lists_only_what_moved(backend: str, tmp_p
         store.by_key.clear()
         assert (await reader.read(0, 1, 10, deadline=far()))[0] == ()
         assert (await reader.read(1, 1, 10, deadline=far()))[0] == (7,)
-        lists = {key for (op, key) in store.by_key if op == "list"}
-        assert lists == {"events/partition=00001/"}  # only the partition that moved
+        # The partition that moved: its next batch got by its key (it starts where the last
+        # ended), no listing at all.
+        assert {key for (op, key) in store.by_key if op == "list"} == set()
+        gets = {key for (op, key) in store.by_key if op == "get"}
+        assert gets == {event_batch_path(1, 1)}
+
+    asyncio.run(main())
+
+
+@BACKENDS
+def test_a_declared_empty_log_is_read_without_listing(backend: str, tmp_path: Path) -> None:
+    """declare_partitions publishes every end (0): a reader of an empty log polls one shard."""
+
+    async def main() -> None:
+        store = KeyCounting(open_backend(backend, tmp_path))
+        writer, reader = EventLog(store), EventLog(store)
+        await writer.declare_partitions(64, deadline=far())
+        await writer.declare_partitions(64, deadline=far())  # again: no second write
+        assert sum(1 for (op, key) in store.by_key if op == "put" and "ends" in key) == 1
+        await reader.poll_ends(range(64), deadline=far())
+        store.by_key.clear()
+        for partition in range(64):
+            assert (await reader.read(partition, 0, 10, deadline=far()))[0] == ()
+        assert not store.by_key  # no request at all
+        await writer.append(5, [1, 2], [3, 4], deadline=far())
+        await writer.append(5, [5], [6], deadline=far())
+        assert await reader.poll_ends(range(64), deadline=far()) is True
+        store.by_key.clear()
+        assert (await reader.read(5, 0, 10, deadline=far()))[:2] == ((1, 2, 5), (3, 4, 6))
+        assert {op for (op, _key) in store.by_key} == {"get"}  # two batches by key
 
     asyncio.run(main())
 

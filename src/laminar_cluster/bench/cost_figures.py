@@ -219,7 +219,8 @@ def _per_checkpoint(
     """Requests per committed checkpoint (None without one): every request of the checkpoint
     tasks (authority and decision store reads included), with retention's too, and the
     requests on the checkpoint protocol's own objects (`checkpoints/...`, by any task: what
-    distributed-checkpoint.md's budget, 3P + 10, counts)."""
+    distributed-checkpoint.md's budget, 3P + 10, counts; the pointer's polls, family
+    `checkpoints/pointer`, are a per-second cost and apart)."""
 
     def per(total: float) -> float | None:
         return None if checkpoints <= 0 else round(total / checkpoints, 1)

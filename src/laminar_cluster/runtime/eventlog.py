@@ -168,12 +168,15 @@ class PartitionCursor:
         key_parts: list[tuple[int, ...]] = []
         value_parts: list[tuple[int, ...]] = []
         position, remaining, refreshed = offset, max_events, False
-        # Each pass takes at least one event, or refreshes (once), or stops.
-        for _ in range(max_events + 2):
+        # Each pass takes at least one event, or gets the next batch, or refreshes (once), or
+        # stops.
+        for _ in range(2 * max_events + 2):
             index = bisect.bisect_right(self.firsts, position) - 1
             batch = None if index < 0 else await self.batch(index, deadline=deadline)
             if batch is None or position >= batch.end:
                 known = 0 if batch is None else batch.end
+                if position == known and await self._next_published(known, deadline=deadline):
+                    continue
                 if not refreshed and (self.ends is None or self.ends.lists(self.partition, known)):
                     refreshed = True
                     await self.refresh(deadline=deadline)
@@ -193,6 +196,29 @@ class PartitionCursor:
             if remaining == 0:
                 break
         return _joined(key_parts), _joined(value_parts), position
+
+    async def _next_published(self, end: int, *, deadline: float) -> bool:
+        """Get the batch at `end`, the end of the last batch known, when the published ends say
+        the partition moved past it: its key is known (a batch starts where the last ended),
+        so one GET replaces a listing. False (list instead) without published ends or when
+        the batch is not there."""
+        published = None if self.ends is None else self.ends.published_end(self.partition)
+        if published is None or published <= end or (self.firsts and end <= self.firsts[-1]):
+            return False
+        path = event_batch_path(self.partition, end)
+        try:
+            result = await retry_until(
+                lambda: self.store.get(path),
+                what=f"get {path}",
+                clock=self.clock,
+                deadline=deadline,
+            )
+        except ObjectNotFound:
+            return False
+        decoded = decode_batch(path, result.body)
+        self.firsts.append(end)
+        self._cached, self._end_is_ours = _Batch(end, decoded.keys, decoded.values), False
+        return True
 
     async def append(self, keys: Sequence[int], values: Sequence[int], *, deadline: float) -> int:
         """Create the next batch; its first offset. Contended if another writer got there."""
@@ -323,11 +349,13 @@ class EventLog:
                 clock=self.clock,
                 deadline=deadline,
             )
-        if resolution.ours:
-            return
-        existing = await self.partitions(deadline=deadline)
-        if existing != partitions:
-            raise Refused(f"{LAYOUT_PATH}: the log has {existing} partitions, not {partitions}")
+        if not resolution.ours:
+            existing = await self.partitions(deadline=deadline)
+            if existing != partitions:
+                raise Refused(f"{LAYOUT_PATH}: the log has {existing} partitions, not {partitions}")
+        # Every partition's end published (0 until appended): consumers of an empty log poll
+        # the ends instead of listing each partition.
+        await self._publisher.publish(dict.fromkeys(range(partitions), 0), deadline=deadline)
 
     async def partitions(self, *, deadline: float) -> int | None:
         """The declared partition count, or None if no producer declared one."""

@@ -20,6 +20,7 @@ from laminar_cluster.store import CREATE, open_store
 
 def test_family_is_the_first_key_segment() -> None:
     assert family_of("checkpoints/attempt=1/prepare.json") == "checkpoints"
+    assert family_of("checkpoints/pointer.json") == "checkpoints/pointer"  # polled: apart
     assert family_of("membership/") == "membership"
     assert family_of("events") == "events"
     assert family_of("") == ""

@@ -30,9 +30,17 @@ _PURPOSE: Final = contextvars.ContextVar("laminar_store_purpose", default=UNNAME
 _FAMILY: Final = contextvars.ContextVar("laminar_store_family", default="")
 
 
+# A family's polled pointer (`checkpoints/pointer.json`) is a family of its own: its reads run
+# whether or not there is work, so budgets count them per second, apart from the protocol's
+# per-operation requests.
+_POINTER: Final = "pointer.json"
+
+
 def family_of(key: str) -> str:
-    """The object family of a key or prefix: its first segment (`""` for the whole store)."""
-    return key.split("/", 1)[0]
+    """The object family of a key or prefix: its first segment (`""` for the whole store); a
+    family's polled pointer `{family}/pointer.json` is `{family}/pointer`."""
+    family, _, rest = key.partition("/")
+    return f"{family}/pointer" if rest == _POINTER else family
 
 
 @contextmanager
