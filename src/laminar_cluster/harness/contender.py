@@ -224,6 +224,8 @@ async def _log_requests(contender: _Contender) -> None:
     it led (`requests`): the failover bench's per-follower and per-leader request rates."""
     while contender.running():
         await contender.pause(contender.config.renew_interval_s)
+        if not contender.running():
+            return  # stopped while pausing: the log ends with `stop` and `ended`
         leading = contender.token is not None
         contender.log.write("requests", total=contender.requests.total, leader=leading)
 

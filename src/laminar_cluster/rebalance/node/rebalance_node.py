@@ -358,7 +358,7 @@ class RebalanceNode:
         try:
             return await self._idle.key(ctx, controller, proof, live)
         except LaminarError as error:
-            logger.info("idle check skipped: %s", error)
+            logger.debug("idle check skipped (the attempt runs and reports it): %s", error)
             return None
 
     async def _run_tasks(
