@@ -215,6 +215,7 @@ class CheckpointParticipant:
         newest, prepare = self._newest, pointer.prepare
         if newest is None or prepare.attempt.checkpoint_id > newest.attempt.checkpoint_id:
             self._newest, self._fresh = prepare, True
+            logger.info("attempt %d: prepare seen", prepare.attempt.checkpoint_id)
             periodic = prepare.drain_transition is None
             self.schedule.prepare_seen(self.clock.monotonic(), periodic=periodic)
         if self._verdict_hint() is not None and self._pending is None:
@@ -336,11 +337,19 @@ class CheckpointParticipant:
         attempt = prepare.attempt
         self._handled = attempt.checkpoint_id
         self._max_token = max(self._max_token, prepare.leader_proof.fencing_token)
-        deadline = self.clock.monotonic() + self.prepare_timeout_s
+        seen_s = self.clock.monotonic()
+        deadline = seen_s + self.prepare_timeout_s
         try:
             async with within_deadline(self.clock, deadline, f"cut of attempt {attempt.epoch}"):
                 cut = await self.host.cut(prepare, deadline=deadline)
+            cut_s = self.clock.monotonic()
             manifest, body = await self._write_cut(prepare, cut, deadline=deadline)
+            logger.info(
+                "attempt %d: cut in %.3f s, state written in %.3f s",
+                attempt.checkpoint_id,
+                cut_s - seen_s,
+                self.clock.monotonic() - cut_s,
+            )
         except Exception as error:  # the host's refusal, a failed write, or a bug
             # No manifest of ours exists, so no Commit can include us: Abort is safe now (and
             # retried by later steps if the host fails to resume).
