@@ -249,3 +249,18 @@ def test_a_refresh_costs_what_docs_console_md_says(live: Live) -> None:
     print(f"\none refresh: {cost} (bound {bound}; {partitions} partitions)")
     assert 0 < cost["total"] <= bound
     assert set(cost["requests"]) <= {"get", "head", "list"}  # never a write
+
+
+def test_with_every_node_stopped_the_page_says_no_live_leader(live: Live) -> None:
+    """Runs last (it stops the cluster): once the head record is older than the lease ttl,
+    the page names the last leader as not live and the badge is no longer ok."""
+    live.wait("a live leader", lambda: live.leader() is not None)
+    for node in (1, 2, 3, 4):
+        run = live.fleet.current(node)
+        if run is not None and run.alive:
+            run.process.kill()
+    live.wait("no live leader", lambda: live.text("#leader").startswith("no live leader (last: "))
+    assert live.leader() is None
+    assert "stale" in live.attribute("#leader", "class")
+    live.wait("a badge that is not ok", lambda: live.attribute("#health", "class") == "badge bad")
+    assert live.text("#health").startswith("no live leader")

@@ -72,6 +72,7 @@ class ConsoleFeed:
         _add_reports(document["members"], members)
         document.update(
             ok=not problems,
+            check=view.check(),  # `status --check`'s answer: None, or why not (no live leader)
             history=history,
             vnodes=vnodes,
             rates=self.rates.observe(members),

@@ -42,10 +42,14 @@ function rows(tbody, items, cells) {
 function drawLeader(doc) {
   const leader = doc.leader;
   const p = $("leader");
-  p.dataset.leaderNode = leader ? leader.node : "";
-  p.textContent = leader
-    ? `node ${leader.node} leads with fencing token ${leader.token} (head record ${seconds(leader.record_age_ms)} old, sequence ${leader.sequence})`
-    : "no leader";
+  const live = Boolean(leader && leader.live);
+  p.dataset.leaderNode = live ? leader.node : "";
+  p.classList.toggle("stale", Boolean(leader) && !live);
+  p.textContent = !leader
+    ? "no leader"
+    : live
+      ? `node ${leader.node} leads with fencing token ${leader.token} (head record ${seconds(leader.record_age_ms)} old, sequence ${leader.sequence})`
+      : `no live leader (last: node ${leader.node}, token ${leader.token}, head record ${seconds(leader.record_age_ms)} old; ${leader.why})`;
   const terms = doc.history.terms;
   const box = $("terms");
   if (!terms.length) { box.replaceChildren(); return; }
@@ -173,8 +177,10 @@ function drawProblems(doc) {
 function draw(doc) {
   $("store").textContent = doc.store;
   const health = $("health");
-  health.textContent = doc.ok ? "ok" : `${doc.problems.length} problem(s)`;
-  health.className = `badge ${doc.ok ? "ok" : "bad"}`;
+  // Problems first, then what `status --check` says (no live leader), else ok.
+  const trouble = doc.problems.length ? `${doc.problems.length} problem(s)` : doc.check;
+  health.textContent = trouble || "ok";
+  health.className = `badge ${trouble ? "bad" : "ok"}`;
   $("updated").textContent = `updated ${clock(doc.observed_at_ms)}`;
   for (const part of [drawLeader, drawMembers, drawVnodes, drawAssignment, drawCheckpoints,
     drawLag, drawRates, drawProblems]) {
