@@ -146,3 +146,23 @@ def test_dc18_a_stale_pointer_is_ignored(url: str) -> None:
         assert host.cuts == [new] and p.pending is None
 
     asyncio.run(main())
+
+
+def test_dc18_the_leaders_own_participant_is_woken_by_its_pointer_writes(url: str) -> None:
+    """The node wires the leader's `pointed` to its own participant's `wake`: a participant in
+    a long back-off reads the prepare at once, not at its next scheduled poll."""
+
+    async def main() -> None:
+        cluster = await make_cluster(url, owners=(1, 1, 1, 1))  # node 1 is the only participant
+        participant = cluster.participant(cluster.host(1))
+        participant.schedule = PollSchedule(60.0, 60.0)  # a poll a minute
+        cluster.leader._pointed = participant.wake  # what runtime.node wires
+        async with cluster.running([participant]):
+            await asyncio.sleep(0.5)  # its first poll is behind it: the next is a minute away
+            started = cluster.clock.monotonic()
+            result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline(10.0))
+            took_s = cluster.clock.monotonic() - started
+        assert result.success, result.error
+        assert took_s < 5.0, took_s
+
+    asyncio.run(main())

@@ -43,7 +43,7 @@ from laminar_cluster.store import ObjectStore
 
 FIRST_WAIT_FRACTION: Final = 0.75  # of the last complete collection: the first poll's wait
 POLLS_MAX: Final = 1_000_000  # the loop's count bound; the deadline ends it long before
-BACKOFF_MAX_S: Final = 0.5  # the longest wait between two polls of one collection
+BACKOFF_MAX_S: Final = 0.2  # the longest wait between two polls of one collection
 
 Baseline = Callable[[], Awaitable[CommittedSlices | None]]
 """The last committed cut's slices (loaded once, when a manifest holds a reference)."""

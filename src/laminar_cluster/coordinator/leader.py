@@ -135,9 +135,11 @@ class ClusterCheckpointer:
         abort_reserve_s: float = 1.0,
         floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
         lost: LostParticipants | None = None,
+        pointed: Callable[[], None] | None = None,
     ) -> None:
         """`lost`: the fence participants the node's membership view holds lost (DC-19: the
-        collection aborts as soon as one of them has not acked); None never aborts early."""
+        collection aborts as soon as one of them has not acked); None never aborts early.
+        `pointed`: called after each pointer write (the node wakes its own participant, DC-18)."""
         if poll_s <= 0 or abort_reserve_s <= 0:
             raise ValueError("poll_s and abort_reserve_s must be > 0")
         self.decisions = decisions
@@ -150,6 +152,7 @@ class ClusterCheckpointer:
         self.abort_reserve_s = abort_reserve_s
         self.clock = authority.clock
         self.last: CheckpointStats | None = None
+        self._pointed = pointed
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
@@ -260,6 +263,8 @@ class ClusterCheckpointer:
             logger.warning(
                 "checkpoint %d: the pointer was not written: %s", prepare.attempt.epoch, error
             )
+        if self._pointed is not None:
+            self._pointed()
 
     async def _decide(
         self,

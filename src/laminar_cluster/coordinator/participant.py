@@ -44,7 +44,7 @@ from laminar_cluster.authority.cluster_outcomes import (
     highest_cluster_committed_outcome,
 )
 from laminar_cluster.checkpoint.records import CheckpointAttempt, CheckpointVerdict
-from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.clock import Clock, first_of, within_deadline
 from laminar_cluster.coordinator.attempts import newest_acked_attempt
 from laminar_cluster.coordinator.host import CheckpointHost, Cut
 from laminar_cluster.coordinator.objects import read_prepare
@@ -143,6 +143,7 @@ class CheckpointParticipant:
         self.engine_bugs = 0  # cuts that failed with an exception that is not a LaminarError
         self.pointer = PointerReader(store)
         self.schedule = PollSchedule.for_interval(poll_s, interval_s)
+        self._woken = asyncio.Event()  # `wake`: poll now
         self._on_engine_bug = on_engine_bug
         self._scanned = False
         self._newest: CheckpointPrepare | None = None  # the newest prepare the pointer showed
@@ -399,12 +400,18 @@ class CheckpointParticipant:
             await create_ours(self.store, self.clock, key, staged.state, deadline=deadline)
         return manifest, body
 
+    def wake(self) -> None:
+        """Poll the pointer now (this process's leader just wrote it): the leader's own
+        participant need not wait for its schedule (DC-18)."""
+        self._woken.set()
+
     async def _sleep(self, shutdown: asyncio.Event) -> bool:
-        """Wait until the next pointer poll, or return True early on shutdown."""
+        """Wait until the next pointer poll or a `wake`; True on shutdown."""
         delay_s = self.schedule.next_delay(self.clock.monotonic())
         try:
             async with self.clock.timeout_at(self.clock.monotonic() + delay_s):
-                await shutdown.wait()
+                await first_of(shutdown, self._woken)
         except TimeoutError:
-            return False
-        return True
+            pass
+        self._woken.clear()
+        return shutdown.is_set()

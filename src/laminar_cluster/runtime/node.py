@@ -278,8 +278,14 @@ class StreamNode:
             owners_of,
             poll_s=self.stream.checkpoint_poll_s,
             lost=self._lost_participants,
+            pointed=self._wake_participant,
         )
         return CountedCheckpointer(inner, authority.clock, self._checkpoint_finished)
+
+    def _wake_participant(self) -> None:
+        """The leader here wrote the checkpoint pointer: our participant reads it now."""
+        if self.participant is not None:
+            self.participant.wake()
 
     def _lost_participants(self, fence: CheckpointAssignmentFence) -> frozenset[int]:
         """DC-19: the participants of `fence` this node's membership view holds lost."""

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from laminar_cluster.clock import Clock
+from laminar_cluster.clock import Clock, first_of
 from laminar_cluster.errors import DeadlineExceeded, LaminarError, StoreUnavailable
 from laminar_cluster.membership.process_lease import ProcessLeaseHolder
 from laminar_cluster.membership.records import NodeState
@@ -93,12 +93,3 @@ class GracefulLeave:
                 return False
             await self.clock.sleep(min(config.poll_s / 4, remaining_s))
         return drained
-
-
-async def first_of(first: asyncio.Event, second: asyncio.Event) -> None:
-    """Return once either event is set."""
-    async with asyncio.TaskGroup() as group:
-        waits = {group.create_task(first.wait()), group.create_task(second.wait())}
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for wait in waits:
-            wait.cancel()
