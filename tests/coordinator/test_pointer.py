@@ -55,6 +55,41 @@ def test_dc18_every_wait_is_at_most_quiet_and_fast_around_the_expected_prepare()
         PollSchedule(0.5, 0.1)
 
 
+def test_dc18_the_leaders_hint_sets_the_window_without_a_learnt_period() -> None:
+    """A participant that never saw a periodic prepare (a new node, a new leader) polls fast
+    around the time the verdict pointer's `next_in_ms` names, and quietly before it."""
+    schedule = PollSchedule.for_interval(0.05, 5.0)
+    schedule.prepare_seen(10.0, periodic=False)  # only a pre-rotation prepare seen
+    schedule.settled()
+    schedule.expect(12.0)  # the verdict pointer: the next periodic prepare in 2 s
+    assert schedule.next_delay(10.5) == pytest.approx(1.0)  # quiet until the window
+    assert schedule.next_delay(11.5) == pytest.approx(0.3)  # lands at the window's start
+    assert schedule.next_delay(11.85) == 0.05  # the window: 12 -+ 0.2 s
+    assert schedule.next_delay(12.15) == 0.05
+    schedule.prepare_seen(12.05)  # the prepare came: the hint is spent
+    schedule.settled()
+    assert schedule.next_delay(12.5) == 1.0  # learnt anchor: 12.05 + 5
+
+
+def test_dc18_the_verdict_pointer_carries_the_next_periodic_prepare(url: str) -> None:
+    async def main() -> None:
+        cluster = await make_cluster(url, owners=(1, 1, 1, 1))
+        participant = cluster.participant(cluster.host(1))
+        due = cluster.clock.monotonic() + 30.0
+        cluster.leader._next_prepare = lambda: due  # what runtime.node wires (duties' next)
+        async with cluster.running([participant]):
+            result = await cluster.leader(cluster.fence, None, deadline=cluster.deadline(10.0))
+        assert result.success, result.error
+        reader = PointerReader(cluster.store)
+        assert await reader.poll() and reader.last is not None
+        assert reader.last.verdict is CheckpointVerdict.COMMIT
+        assert reader.last.next_in_ms is not None
+        assert 20_000 < reader.last.next_in_ms <= 30_000
+        assert participant.schedule._expected_s is not None  # the participant took the hint
+
+    asyncio.run(main())
+
+
 def test_dc18_a_corrupt_pointer_is_skipped_once_and_an_unchanged_one_costs_no_body() -> None:
     async def main() -> None:
         store = CountingStore(open_store("memory://"))
@@ -105,12 +140,12 @@ def test_dc18_a_lost_prepare_pointer_costs_one_aborted_attempt(url: str) -> None
         lost: list[int] = []
 
         async def lose_the_first(
-            store: object, prepare: CheckpointPrepare, verdict: object
+            store: object, prepare: CheckpointPrepare, verdict: object, next_in_ms: object = None
         ) -> None:
             if not lost:
                 lost.append(prepare.attempt.checkpoint_id)
                 return  # the first write never lands
-            await written(store, prepare, verdict)  # type: ignore[arg-type]
+            await written(store, prepare, verdict, next_in_ms)  # type: ignore[arg-type]
 
         leader_module.write_pointer = lose_the_first  # type: ignore[assignment]
         try:

@@ -136,10 +136,13 @@ class ClusterCheckpointer:
         floor_policy: ArtifactFloorPolicy | None = DEFAULT_FLOOR_POLICY,
         lost: LostParticipants | None = None,
         pointed: Callable[[], None] | None = None,
+        next_prepare: Callable[[], float | None] | None = None,
     ) -> None:
         """`lost`: the fence participants the node's membership view holds lost (DC-19: the
         collection aborts as soon as one of them has not acked); None never aborts early.
-        `pointed`: called after each pointer write (the node wakes its own participant, DC-18)."""
+        `pointed`: called after each pointer write (the node wakes its own participant, DC-18).
+        `next_prepare`: when (monotonic) the node's next periodic checkpoint is due, for the
+        verdict pointer's hint (DC-18); None: no hint."""
         if poll_s <= 0 or abort_reserve_s <= 0:
             raise ValueError("poll_s and abort_reserve_s must be > 0")
         self.decisions = decisions
@@ -153,6 +156,7 @@ class ClusterCheckpointer:
         self.clock = authority.clock
         self.last: CheckpointStats | None = None
         self._pointed = pointed
+        self._next_prepare = next_prepare
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
@@ -258,13 +262,20 @@ class ClusterCheckpointer:
     async def _point(self, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None) -> None:
         """DC-18: the pointer shows the prepare (and its verdict); best effort, a hint."""
         try:
-            await write_pointer(self.store, prepare, verdict)
+            await write_pointer(self.store, prepare, verdict, self._next_in_ms(verdict))
         except LaminarError as error:
             logger.warning(
                 "checkpoint %d: the pointer was not written: %s", prepare.attempt.epoch, error
             )
         if self._pointed is not None:
             self._pointed()
+
+    def _next_in_ms(self, verdict: CheckpointVerdict | None) -> int | None:
+        """With a verdict: in how many ms the next periodic prepare is due (DC-18's hint)."""
+        due_s = None if verdict is None or self._next_prepare is None else self._next_prepare()
+        if due_s is None:
+            return None
+        return max(0, round((due_s - self.clock.monotonic()) * 1000))
 
     async def _decide(
         self,

@@ -221,6 +221,8 @@ class CheckpointParticipant:
             self.schedule.prepare_seen(self.clock.monotonic(), periodic=periodic)
         if self._verdict_hint() is not None and self._pending is None:
             self.schedule.settled()
+        if self._verdict_hint() is not None and pointer.next_in_ms is not None:
+            self.schedule.expect(self.clock.monotonic() + pointer.next_in_ms / 1000)
 
     def _verdict_hint(self) -> CheckpointVerdict | None:
         """The pointer's verdict for `_newest` (None: none shown)."""

@@ -44,10 +44,15 @@ WINDOW_FAST_POLLS_MAX: Final = 4
 
 
 async def write_pointer(
-    store: ObjectStore, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None
+    store: ObjectStore,
+    prepare: CheckpointPrepare,
+    verdict: CheckpointVerdict | None,
+    next_in_ms: int | None = None,
 ) -> None:
     """Overwrite the pointer (the caller treats a failure as best effort)."""
-    pointer = CheckpointPointer(version=POINTER_VERSION, prepare=prepare, verdict=verdict)
+    pointer = CheckpointPointer(
+        version=POINTER_VERSION, prepare=prepare, verdict=verdict, next_in_ms=next_in_ms
+    )
     await store.put(POINTER_PATH, encode_record(pointer, key=POINTER_PATH), OVERWRITE)
 
 
@@ -101,6 +106,7 @@ class PollSchedule:
     interval_s: float | None = None  # the configured checkpoint interval (None: unknown)
     period_s: float | None = None  # the expected time between two prepares (None: unknown)
     _prepare_seen_s: float | None = None
+    _expected_s: float | None = None  # when the leader said its next periodic prepare is due
     _busy: bool = True  # a prepare without a known verdict (or nothing seen yet)
     _backoff_s: float = 0.0
 
@@ -130,6 +136,7 @@ class PollSchedule:
                 observed_s = now_s - self._prepare_seen_s
                 self.period_s = max(observed_s, self.interval_s or 0.0)
             self._prepare_seen_s = now_s
+        self._expected_s = None
         self._busy = True
         self._backoff_s = self.fast_s
 
@@ -139,11 +146,22 @@ class PollSchedule:
             self._busy = False
             self._backoff_s = self.fast_s
 
+    def expect(self, due_s: float) -> None:
+        """The leader's hint (the verdict pointer's `next_in_ms`): its next periodic prepare is
+        due at `due_s` on our clock. It replaces the learnt anchor until the next prepare."""
+        self._expected_s = due_s
+
+    def _due(self) -> float | None:
+        if self._expected_s is not None:
+            return self._expected_s
+        seen_s, period_s = self._prepare_seen_s, self.period_s
+        return None if seen_s is None or period_s is None else seen_s + period_s
+
     def next_delay(self, now_s: float) -> float:
         """The wait before the next poll, at most `quiet_s` (one call per poll)."""
-        seen_s, period_s = self._prepare_seen_s, self.period_s
-        if not self._busy and seen_s is not None and period_s is not None:
-            due_s = seen_s + period_s
+        due_s = self._due()
+        if not self._busy and due_s is not None:
+            period_s = self.period_s or 0.0
             window_s = self.fast_s * max(
                 WINDOW_FAST_POLLS_MIN,
                 min(period_s * WINDOW_PERIOD_FRACTION / self.fast_s, WINDOW_FAST_POLLS_MAX),

@@ -110,3 +110,6 @@ class CheckpointPointer(Record):
     version: Literal[1]
     prepare: CheckpointPrepare
     verdict: CheckpointVerdict | None
+    # With the verdict: in how many milliseconds the leader's next periodic prepare is due (a
+    # hint for the participants' poll schedule, DC-18; None: not known).
+    next_in_ms: U64 | None = None

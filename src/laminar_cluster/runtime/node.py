@@ -279,6 +279,7 @@ class StreamNode:
             poll_s=self.stream.checkpoint_poll_s,
             lost=self._lost_participants,
             pointed=self._wake_participant,
+            next_prepare=self.node.next_checkpoint_s,
         )
         return CountedCheckpointer(inner, authority.clock, self._checkpoint_finished)
 

@@ -71,6 +71,8 @@ class LeaderDuties:
                 await self.round()
             except LaminarError as error:
                 logger.warning("node-%d: leader duties: %s", self.controller.node_id, error)
+            if clock.monotonic() < self.next_checkpoint_s < next_s:
+                next_s = self.next_checkpoint_s  # a periodic checkpoint starts on time
             try:
                 async with clock.timeout_at(next_s):
                     await shutdown.wait()

@@ -349,6 +349,11 @@ class RebalanceNode:
         self.rotations += settled is not None
         return settled
 
+    def next_checkpoint_s(self) -> float | None:
+        """When (monotonic) this node's next periodic checkpoint is due while it leads."""
+        duties = self._duties
+        return None if duties is None or not duties.seeded else duties.next_checkpoint_s
+
     async def _idle_key(self, ctx: RebalanceContext, live: Sequence[int]) -> IdleKey | None:
         """The idle key now, or None (the attempt runs) when it cannot be read."""
         controller = self.controller
