@@ -31,6 +31,8 @@ It implements `rebalance.engine.handoff_checkpoint.Checkpointer`, so it is what
    handoff pin, a Commit whose marker is not read back, or the retention walk.
 
 Steps 8-10 are `upkeep.LeaderUpkeep`'s, best effort: they never change the call's result.
+`quiet_basis` is the last call's periodic Commit (DC-21: what `quiet.QuietCheckpoints` needs to
+skip the next periodic checkpoint of an idle cluster), None after any other call.
 
 Calls are serialized. Expected failures come back as success=False, never raised; cancellation
 propagates.
@@ -70,6 +72,7 @@ from laminar_cluster.coordinator.decide import capsule_of
 from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.coordinator.pointer import write_pointer
+from laminar_cluster.coordinator.quiet import QuietBasis
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.coordinator.slices import CommittedSlices
 from laminar_cluster.coordinator.upkeep import LeaderUpkeep
@@ -157,6 +160,7 @@ class ClusterCheckpointer:
         self.last: CheckpointStats | None = None
         self._pointed = pointed
         self._next_prepare = next_prepare
+        self.quiet_basis: QuietBasis | None = None  # DC-21: the last call's periodic Commit
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
         self._recorded: CheckpointVerdict | None = None  # the outcome of the current attempt
@@ -172,7 +176,11 @@ class ClusterCheckpointer:
     ) -> CheckpointResult:
         try:
             async with within_deadline(self.clock, deadline, "cluster checkpoint"), self._lock:
-                return await self._checkpoint(fence, transition, deadline=deadline)
+                self.quiet_basis, proof = None, self.proof()
+                result = await self._checkpoint(fence, transition, deadline=deadline)
+                if result.success and transition is None and proof is not None:
+                    self.quiet_basis = QuietBasis(result.checkpoint_id, fence, proof.fencing_token)
+                return result
         except LaminarError as error:
             return _failed(restated(error, f"cluster checkpoint failed: {error}"))
 

@@ -9,9 +9,13 @@ under. A renewal changes `lease.seq` and `nonce`; a new start changes `lease.own
 `report` (version 2) is what the node tells operators on every renewal, at no extra request:
 its cumulative store requests by kind since the process began counting (with the monotonic
 milliseconds they cover, so a reader computes a rate from two renewals without trusting any
-wall clock), the assignment version its engine runs and the vnodes it is still restoring.
-Nothing in the protocol reads it; `views` and the console do. A version 1 record (no report)
-still decodes, as version 2 with `report` None.
+wall clock), the assignment version its engine runs, the vnodes it is still restoring, and
+`quiescent_through`: the checkpoint id of its last committed cut when nothing changed since
+(None otherwise; docs/protocols/distributed-checkpoint.md DC-21: the checkpoint leader skips a
+periodic checkpoint while every participant reports the last Commit). Apart from that field,
+which only lets the leader skip work, nothing in the protocol reads it; `views` and the console
+do. A version 1 record (no report) still decodes, as version 2 with `report` None, and a
+version 2 report written before `quiescent_through` existed decodes with it None.
 
 `takeovers` is the durable evidence of the node's most recent incarnation changes (ML-11): the
 exact ML §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
@@ -84,6 +88,25 @@ class NodeReport(Record):
     assignment_version: U64
     restoring_count: U32
     restoring: tuple[U16, ...]  # ascending; the first REPORT_RESTORING_VNODES_MAX of them
+    # DC-21: the last committed checkpoint after which nothing changed here (None: busy).
+    quiescent_through: U64 | None = None
+
+
+class NodeReportBefore15(Record):
+    """A report written before `quiescent_through` existed. Read, never written."""
+
+    requests: StoreRequestCounts
+    assignment_version: U64
+    restoring_count: U32
+    restoring: tuple[U16, ...]
+
+    def upgraded(self) -> NodeReport:
+        return NodeReport(
+            requests=self.requests,
+            assignment_version=self.assignment_version,
+            restoring_count=self.restoring_count,
+            restoring=self.restoring,
+        )
 
 
 class NodeLeaseRecord(Record):
@@ -101,6 +124,32 @@ class NodeLeaseRecord(Record):
     def liveness_identity(self) -> tuple[str, int, int]:
         """Equal identities mean no renewal and no new start happened in between (ML-4)."""
         return (self.lease.owner, self.lease.term, self.lease.seq)
+
+
+class NodeLeaseRecordBefore15(Record):
+    """A version 2 record whose report has no `quiescent_through`. Read, never written."""
+
+    version: Literal[2]
+    lease: ProcessLease
+    state: NodeState
+    ttl_ms: U64
+    nonce: str
+    failure_domain: str | None
+    takeovers: tuple[ProcessLeaseFence, ...]
+    report: NodeReportBefore15 | None
+
+    def upgraded(self) -> NodeLeaseRecord:
+        report = None if self.report is None else self.report.upgraded()
+        return NodeLeaseRecord(
+            version=NODE_LEASE_RECORD_VERSION,
+            lease=self.lease,
+            state=self.state,
+            ttl_ms=self.ttl_ms,
+            nonce=self.nonce,
+            failure_domain=self.failure_domain,
+            takeovers=self.takeovers,
+            report=report,
+        )
 
 
 class NodeLeaseRecordV1(Record):
@@ -128,7 +177,11 @@ class NodeLeaseRecordV1(Record):
 
 
 def node_report(
-    requests: Mapping[str, int], counted_s: float, assignment_version: int, restoring: Iterable[int]
+    requests: Mapping[str, int],
+    counted_s: float,
+    assignment_version: int,
+    restoring: Iterable[int],
+    quiescent_through: int | None = None,
 ) -> NodeReport:
     """A report from a request counter by kind (`store.counting.CountingStore.requests`)."""
     ordered = sorted(restoring)
@@ -144,6 +197,7 @@ def node_report(
         assignment_version=assignment_version,
         restoring_count=len(ordered),
         restoring=tuple(ordered[:REPORT_RESTORING_VNODES_MAX]),
+        quiescent_through=quiescent_through,
     )
 
 
@@ -227,16 +281,29 @@ def encode_node_record(record: NodeLeaseRecord, *, key: str, node: int) -> bytes
 
 def decode_node_record(body: bytes, *, key: str, node: int) -> NodeLeaseRecord:
     """Strict canonical decode plus validation; anything else is CorruptRecord, never trusted.
-    A version 1 record decodes as version 2 without a report."""
+    A version 1 record decodes as version 2 without a report; a version 2 record written before
+    `quiescent_through` existed decodes with it None (each older shape is tried only after the
+    current one failed, and must itself be canonical)."""
     try:
         record = decode(body, NodeLeaseRecord, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
     except CorruptRecord as error:
-        try:
-            old = decode(body, NodeLeaseRecordV1, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
-        except CorruptRecord:
-            raise error from None
-        record = old.upgraded()
+        record = _decode_older(body, key=key, error=error)
     problem = node_record_problem(record, node)
     if problem is not None:
         raise CorruptRecord(f"{key}: {problem}", key=key)
     return record
+
+
+def _decode_older(body: bytes, *, key: str, error: CorruptRecord) -> NodeLeaseRecord:
+    """`body` as one of the older shapes, upgraded; else the current shape's `error`."""
+    older: NodeLeaseRecordBefore15 | NodeLeaseRecordV1
+    try:
+        older = decode(
+            body, NodeLeaseRecordBefore15, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES
+        )
+    except CorruptRecord:
+        try:
+            older = decode(body, NodeLeaseRecordV1, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+        except CorruptRecord:
+            raise error from None
+    return older.upgraded()

@@ -21,6 +21,11 @@ Processing does not pause. Commit makes exactly the cut's output history (the pr
 baseline becomes the cut); Abort keeps it pending, so the next cut emits it again merged with
 what came after, and no state rolls back in either case. A vnode restored empty and untouched
 since is cut as the empty state without asking the processor (DC-15).
+
+Quiescence (`quiescent_since_cut`, DC-21): the last capture's offsets and a count of restores
+and drops are remembered; the plane is quiescent while neither moved, that cut was not resolved
+as aborted (its output is pending again), and the log's published ends, as last polled (no
+request), say no consumable partition has more.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ class StreamEngine:
         self.config = config or EngineConfig()
         self.table = VnodeTable(partitions or 0)
         self.counters = StreamCounters()
+        self._moves = 0  # restores and drops since start
+        self._cut_mark: tuple[int, dict[int, int]] | None = None  # at the last capture
         self._loop = EngineLoop(
             clock=clock,
             log=log,
@@ -88,11 +95,13 @@ class StreamEngine:
         state = None if cut is None else cut.state
         offsets = {} if cut is None else dict(cut.offsets)
         self.table.check_restore(vnode, offsets, vnode_count)
+        self._moves += 1
         self.processor.restore(vnode, state)
         self.table.restore(vnode, offsets, empty=state is None, vnode_count=vnode_count)
 
     def drop(self, vnode: int) -> None:
         """Forget the vnode's offsets and its processor state."""
+        self._moves += 1
         self.table.drop(vnode)
         self.processor.drop(vnode)
 
@@ -104,6 +113,7 @@ class StreamEngine:
         """Freeze `vnodes`' offsets and state now; the encoder reads only the frozen copies."""
         table = self.table
         offsets = table.cut_offsets(vnodes)
+        self._cut_mark = (self._moves, dict(table.offsets))
         empty = frozenset(vnode for vnode in vnodes if vnode in table.untouched)  # DC-15
         encode = self.processor.capture(tuple(v for v in vnodes if v not in empty))
 
@@ -121,6 +131,8 @@ class StreamEngine:
 
     def resolve(self, vnodes: tuple[int, ...], committed: bool) -> None:
         """The processor's in-flight output of `vnodes` commits or stays pending."""
+        if not committed:
+            self._cut_mark = None  # the output is pending again: a cut would capture it
         for vnode in vnodes:
             if committed:
                 self.processor.commit_output(vnode)
@@ -130,6 +142,14 @@ class StreamEngine:
     async def run(self, intake: Intake, shutdown: asyncio.Event) -> None:
         """Process until `shutdown` is set (the host runs it beside its restores)."""
         await self._loop.run(intake, shutdown)
+
+    def quiescent_since_cut(self) -> bool:
+        """No restore, drop or batch since the last capture, which was not aborted, and the
+        published ends (as last polled) show nothing new for a consumable partition."""
+        mark, table = self._cut_mark, self.table
+        if mark is None or mark != (self._moves, table.offsets):
+            return False
+        return self.log.caught_up({p: table.offsets[p] for p in table.consumable()})
 
     # -- figures -------------------------------------------------------------------------------
     async def source_lag(self, *, deadline: float) -> dict[int, int]:

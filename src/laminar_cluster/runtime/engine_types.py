@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +25,12 @@ class SourceLog(Protocol):
     async def poll_ends(self, partitions: Iterable[int], *, deadline: float) -> bool: ...
 
     async def known_end(self, partition: int, *, deadline: float) -> int: ...
+
+    def caught_up(self, offsets: Mapping[int, int]) -> bool:
+        """Whether the ends last polled say no partition of `offsets` (partition -> next
+        offset) has an event at or after its offset; False when an end is not known. No
+        request."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

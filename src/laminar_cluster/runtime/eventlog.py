@@ -311,6 +311,16 @@ class EventLog:
             return published
         return await self.end_offset(partition, deadline=deadline)
 
+    def caught_up(self, offsets: Mapping[int, int]) -> bool:
+        """Whether the published ends last polled say every partition of `offsets` ends at or
+        before its offset (a partition whose end was never polled, or has none: False). No
+        request: a quiescence hint (DC-21), never where to read or append."""
+        for partition, offset in offsets.items():
+            published = self.ends.published_end(partition)
+            if published is None or published > offset:
+                return False
+        return True
+
     async def poll_ends(self, partitions: Iterable[int], *, deadline: float) -> bool:
         """Read the published ends of `partitions` (a conditional GET per shard, normally one);
         whether they changed. From then on a read caught up with what it listed lists again

@@ -48,17 +48,16 @@ from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.clock import Clock
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
+from laminar_cluster.coordinator.quiet import QuietCheckpoints
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
-from laminar_cluster.lease.records import AssignmentDrainTransition
+from laminar_cluster.membership.discovery import MembershipView
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.engine.data_plane import DataPlane
 from laminar_cluster.rebalance.engine.handoff_checkpoint import Checkpointer, OwnersOf
-from laminar_cluster.rebalance.engine.restores import RestoredCuts, Restorer, RestoreSource
-from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.rebalance.node.log import NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import (
     NodeConfig,
@@ -66,10 +65,10 @@ from laminar_cluster.rebalance.node.rebalance_node import (
     RebalanceNode,
     StoreWrapper,
 )
-from laminar_cluster.rebalance.node.stats import counted_as
 from laminar_cluster.rebalance.watcher.publish import PlacementSink
 from laminar_cluster.runtime.checkpoint_guards import check_checkpoint_layout, lost_participants
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
+from laminar_cluster.runtime.counted import CountedCheckpointer, CountedRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
 from laminar_cluster.runtime.eventlog import EventLog
@@ -135,50 +134,6 @@ class StreamNodeConfig:
             )
 
 
-class CountedCheckpointer:
-    """A `ClusterCheckpointer` whose every call is reported: `finished(duration_s, verdict)`,
-    with the verdict this call recorded (None: none, e.g. refused before a prepare)."""
-
-    def __init__(
-        self,
-        inner: ClusterCheckpointer,
-        clock: Clock,
-        finished: Callable[[float, CheckpointVerdict | None], None],
-    ) -> None:
-        self.inner, self.clock, self.finished = inner, clock, finished
-
-    async def __call__(
-        self,
-        fence: CheckpointAssignmentFence,
-        transition: AssignmentDrainTransition | None,
-        *,
-        deadline: float,
-    ) -> CheckpointResult:
-        before = self.inner.last
-        started_s = self.clock.monotonic()
-        result = await self.inner(fence, transition, deadline=deadline)
-        last = self.inner.last
-        if last is not None and last is not before:
-            self.finished(last.duration_s, last.verdict)
-        else:
-            self.finished(max(0.0, self.clock.monotonic() - started_s), None)
-        return result
-
-
-class CountedRestorer:
-    """A `Restorer` whose store requests count as `restore` (checkpoint reads), apart from
-    the source reads of the engine task that calls it."""
-
-    def __init__(self, inner: Restorer) -> None:
-        self.inner = inner
-
-    async def __call__(
-        self, source: RestoreSource, vnodes: tuple[int, ...], *, deadline: float
-    ) -> RestoredCuts:
-        with counted_as("restore"):
-            return await self.inner(source, vnodes, deadline=deadline)
-
-
 class StreamNode:
     """One node process with a data plane (default: the reference engine) over `store` (the
     caller opens and closes it); `run`, `request_leave` and `stop` are the `RebalanceNode`'s."""
@@ -202,6 +157,7 @@ class StreamNode:
         self.engine: EngineView | None = None
         self.participant: CheckpointParticipant | None = None
         self.checkpoints: Counter[str] = Counter()  # calls this node led, by verdict/"failed"
+        self.quiet: QuietCheckpoints | None = None  # DC-21, once the checkpointer is built
         self.node = RebalanceNode(
             store,
             clock,
@@ -213,6 +169,7 @@ class StreamNode:
             store_wrapper=store_wrapper,
             metrics=metrics,
             restoring=self._restoring,
+            skip_checkpoint=self._skip_checkpoint,
         )
 
     @property
@@ -281,6 +238,9 @@ class StreamNode:
             pointed=self._wake_participant,
             next_prepare=self.node.next_checkpoint_s,
         )
+        self.quiet = QuietCheckpoints(
+            lambda: inner.quiet_basis, proof, self._quiescent_through, self._membership_view
+        )
         return CountedCheckpointer(inner, authority.clock, self._checkpoint_finished)
 
     def _wake_participant(self) -> None:
@@ -288,13 +248,24 @@ class StreamNode:
         if self.participant is not None:
             self.participant.wake()
 
+    def _membership_view(self) -> MembershipView | None:
+        controller = self.node.controller
+        return None if controller is None else controller.membership_view()
+
     def _lost_participants(self, fence: CheckpointAssignmentFence) -> frozenset[int]:
         """DC-19: the participants of `fence` this node's membership view holds lost."""
-        controller = self.node.controller
-        view = None if controller is None else controller.membership_view()
-        if view is None or controller is None:
+        view = self._membership_view()
+        if view is None:
             return frozenset()
-        return lost_participants(view, fence, controller.node_id)
+        return lost_participants(view, fence, self.node.config.node_id)
+
+    def _quiescent_through(self) -> int | None:
+        engine = self.engine
+        return None if engine is None else engine.host.quiescent_through()
+
+    def _skip_checkpoint(self, fence: CheckpointAssignmentFence) -> bool:
+        """DC-21: the leader's periodic checkpoint under `fence` is not needed now."""
+        return self.quiet is not None and self.quiet.skip(fence)
 
     def _checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None:
         self.checkpoints["failed" if verdict is None else verdict.value] += 1

@@ -10,6 +10,12 @@ the one this process runs, before or after the encoding. Commit makes exactly th
 history; Abort keeps it pending, so the next cut emits it again merged with what came after;
 no state rolls back in either case. A fault or a recovery generation releases a held cut; one
 that happens while the cut encodes refuses it.
+
+`quiescent_through` (DC-21) is the checkpoint id of the last cut resolved as committed while
+nothing happened here since: no other cut taken, no ownership move or restore (the `VnodeHost`
+calls `moved`), and the plane still `quiescent_since_cut`. The node reports it with each
+renewal; the checkpoint leader skips a periodic checkpoint while every participant reports the
+last Commit.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import InvalidArgument, LaminarError, Refused
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
-from laminar_cluster.rebalance.engine.data_plane import Cut, DataPlane
+from laminar_cluster.rebalance.engine.data_plane import Cut, DataPlane, plane_quiescent
 from laminar_cluster.rebalance.engine.restores import PendingRestore
 from laminar_cluster.rebalance.engine.rules import registry_runs
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
@@ -119,6 +125,23 @@ class CutKeeper:
         self._changed = asyncio.Event()
         self._cutting: CheckpointAttempt | None = None
         self._held: HeldCut | None = None
+        self._committed_through: int | None = None  # DC-21: the last cut committed, unmoved
+
+    def quiescent_through(self) -> int | None:
+        """DC-21: the checkpoint id of the last committed cut when nothing changed since (no
+        cut held or encoding, nothing restoring, the plane quiescent since that cut); else
+        None."""
+        through = self._committed_through
+        if through is None or self._held is not None or self._cutting is not None:
+            return None
+        if self.restoring or not plane_quiescent(self.plane):
+            return None
+        return through
+
+    def moved(self) -> None:
+        """Ownership moved, a vnode was restored or the vnodes were dropped: the last committed
+        cut no longer holds everything here (DC-21)."""
+        self._committed_through = None
 
     def notify(self) -> None:
         """Wake everything waiting for a state change (the plane's run, a cut)."""
@@ -180,6 +203,7 @@ class CutKeeper:
                 assert busy is not None
                 raise Refused(f"{what}: epoch {busy.epoch} is cut and not resolved")
             self._cutting = attempt
+            self._committed_through = None
             try:
                 while self.restoring:
                     await self.wait_change(self.timings.idle_s)
@@ -204,6 +228,7 @@ class CutKeeper:
         self.plane.resolve(held.vnodes, committed)
         if committed:
             self.counters.commits += 1
+            self._committed_through = attempt.checkpoint_id
         else:
             self.counters.aborts += 1
         self._held = None
@@ -211,6 +236,7 @@ class CutKeeper:
 
     def release_cut(self, reason: str) -> None:
         """Forget a held cut; its output stays pending."""
+        self._committed_through = None
         held = self._held
         if held is not None:
             logger.info("cut of epoch %d released: %s", held.attempt.epoch, reason)

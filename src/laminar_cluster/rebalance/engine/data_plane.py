@@ -5,7 +5,9 @@ RB §6.2 for all of them: gates, locks, activation revisions, shuffle state, ado
 source-drain receipts. Given a data plane, it also runs a `VnodeHost` (vnode_host.py), which
 decides which vnodes run, restores them from committed checkpoints, pauses them for a source
 drain and holds the cut of a checkpoint until its outcome is known. The data plane keeps only
-its own state and sources, split per vnode, and is told what to do through these six methods.
+its own state and sources, split per vnode, and is told what to do through these six methods,
+and says through a seventh, `quiescent_since_cut`, whether a checkpoint would capture anything
+new (an engine without it is never quiescent: `plane_quiescent`).
 
 Every method but `run` is synchronous and must not block: the host calls them between awaits,
 which is what makes each restore, drop, pause and cut atomic with respect to the control plane.
@@ -96,3 +98,17 @@ class DataPlane(Protocol):
         """Process until `shutdown` is set: consume the running, unpaused vnodes only while
         `intake.open()`. Return or raise only on shutdown or a bug."""
         ...
+
+    def quiescent_since_cut(self) -> bool:
+        """True only when no vnode's state, offsets or output changed since the last cut
+        `capture` returned (nothing restored, dropped or processed since, and that cut not
+        resolved as aborted) AND every source of a running, unpaused vnode is caught up as far
+        as the plane knows without a request. False when unsure: False is always safe (the
+        leader then checkpoints as if this method did not exist; DC-21)."""
+        ...
+
+
+def plane_quiescent(plane: object) -> bool:
+    """`plane.quiescent_since_cut()`, or False for a plane that does not implement it."""
+    quiescent = getattr(plane, "quiescent_since_cut", None)
+    return bool(quiescent()) if callable(quiescent) else False

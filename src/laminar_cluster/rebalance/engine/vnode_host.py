@@ -145,6 +145,8 @@ class VnodeHost(CutKeeper):
         self._set_vnode_count(len(registry.owners))
         owned = self._owned_in(registry)
         dropped = tuple(sorted(self.owned - owned))
+        if dropped or acquired or owned != self.owned:
+            self.moved()
         for vnode in dropped:
             self.restoring.pop(vnode, None)
         new = (owned - self.owned) | (frozenset(acquired) & owned)
@@ -163,6 +165,7 @@ class VnodeHost(CutKeeper):
         """A recovery generation: every vnode held is dropped (and a held cut released); every
         owned vnode restores cold from `cut`."""
         held = self._clear()
+        self.moved()
         self._set_vnode_count(len(registry.owners))
         self.owned = self._owned_in(registry)
         source = restore_source(cut)
@@ -175,6 +178,7 @@ class VnodeHost(CutKeeper):
 
     def faulted(self) -> None:
         """Every vnode's state is dropped (and a held cut released)."""
+        self.moved()
         for vnode in self._clear():
             self.plane.drop(vnode)
         self.release_cut("the engine faulted for a recovery assignment")
@@ -259,6 +263,7 @@ class VnodeHost(CutKeeper):
         cut = cuts[vnode]
         _check_restored(vnode, cut)
         self.plane.restore(vnode, cut, vnode_count=self.vnode_count)
+        self.moved()
         del self.restoring[vnode]
         self.counters.restores += 1
 

@@ -5,7 +5,10 @@
   quiet for `rebalance_debounce` (so a cluster starting together seeds all its nodes at once).
 * Periodic checkpoint: every `checkpoint_interval_s`, while its fence is installed and no drain
   transition is, the leader commits a cluster checkpoint (`engine.checkpoint_until`), so the
-  recovery path (RB §1.2) always finds a committed cut of the current generation.
+  recovery path (RB §1.2) always finds a committed cut of the current generation. A due
+  checkpoint is skipped while `skip_checkpoint(fence)` says the cluster is quiet (DC-21, the
+  coordinator's `quiet.QuietCheckpoints`: nothing changed anywhere since the last Commit); it
+  then stays due, so the next tick asks again and checkpoints as soon as a participant is busy.
 (The stopped-recovery round of RB §1.3 runs in the rebalance loop's attempt, not here.)
 
 Both run under the node's `leader_work` lock, which the rebalance attempt holds too, so a
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -31,13 +35,16 @@ from laminar_cluster.assignment.rendezvous import rendezvous_assignment, success
 from laminar_cluster.clock import within_deadline
 from laminar_cluster.codec.shape import ShapeViolation
 from laminar_cluster.errors import InvalidArgument, LaminarError
-from laminar_cluster.fencing import FenceParticipant
+from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
 from laminar_cluster.rebalance.node.log import NodeLog
 
 logger: Final = logging.getLogger(__name__)
+
+# DC-21: whether the periodic checkpoint under a fence may be skipped now (no request).
+SkipCheckpoint = Callable[[CheckpointAssignmentFence], bool]
 
 
 @dataclass(slots=True)
@@ -56,7 +63,9 @@ class LeaderDuties:
     log: NodeLog
     leader_work: asyncio.Lock
     checkpoint_interval_s: float
+    skip_checkpoint: SkipCheckpoint | None = None
     seeded: bool = False
+    quiet: bool = False  # skipping since the last checkpoint (logged once per stretch)
     next_checkpoint_s: float = 0.0
     _quiet: _Quiet = field(default_factory=_Quiet)
 
@@ -138,8 +147,10 @@ class LeaderDuties:
     async def _checkpoint(self) -> None:
         """A cluster checkpoint under the installed fence, outside any drain (RB §1.2: a cut)."""
         engine, ctx = self.engine, self.ctx
-        self.next_checkpoint_s = ctx.clock.monotonic() + self.checkpoint_interval_s
         fence = engine.installed_fence()
+        if self._skipped(fence):
+            return  # DC-21: still due, asked again next tick
+        self.next_checkpoint_s = ctx.clock.monotonic() + self.checkpoint_interval_s
         if fence is None or engine.installed_drain_transition() is not None:
             return
         if self.controller.checkpoint_drain_transition() is not None:
@@ -148,6 +159,7 @@ class LeaderDuties:
         result = await engine.checkpoint_until(deadline=ctx.head_deadline())
         took_s = round(ctx.clock.monotonic() - started_s, 4)
         if result.success:
+            self.quiet = False
             self.log.write(
                 "checkpoint",
                 epoch=result.epoch,
@@ -162,6 +174,15 @@ class LeaderDuties:
                 error=str(error),
                 took_s=took_s,
             )
+
+    def _skipped(self, fence: CheckpointAssignmentFence | None) -> bool:
+        """DC-21: skip this periodic checkpoint (the first skip after a Commit is logged)."""
+        if fence is None or self.skip_checkpoint is None or not self.skip_checkpoint(fence):
+            return False
+        if not self.quiet:
+            self.quiet = True
+            self.log.write("checkpoints_quiet", fence_version=fence.assignment_version)
+        return True
 
 
 def _seed_snapshot(

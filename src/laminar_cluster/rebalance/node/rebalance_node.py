@@ -69,7 +69,7 @@ from laminar_cluster.rebalance.engine.handoff_checkpoint import (
     OwnersOf,
 )
 from laminar_cluster.rebalance.node.config import VNODE_COUNT_DEFAULT, NodeConfig
-from laminar_cluster.rebalance.node.duties import LeaderDuties
+from laminar_cluster.rebalance.node.duties import LeaderDuties, SkipCheckpoint
 from laminar_cluster.rebalance.node.idle import IdleAttempts, IdleKey
 from laminar_cluster.rebalance.node.leadership import ManagedLeadership
 from laminar_cluster.rebalance.node.leave import EXIT_LEAVE_TIMEOUT, EXIT_LEFT, GracefulLeave
@@ -144,12 +144,13 @@ class RebalanceNode:
         store_wrapper: StoreWrapper | None = None,
         metrics: PlacementSink | None = None,
         restoring: Callable[[], Iterable[int]] | None = None,
+        skip_checkpoint: SkipCheckpoint | None = None,
     ) -> None:
         self.requests = PurposeCountingStore(
             store if store_wrapper is None else store_wrapper(store)
         )
         self._counting_since_s = clock.monotonic()
-        self._restoring = restoring
+        self._restoring, self._skip_checkpoint = restoring, skip_checkpoint
         self.store: ObjectStore = self.requests
         self.clock = clock
         self.config = config
@@ -314,11 +315,13 @@ class RebalanceNode:
     def _report(self) -> NodeReport:
         """What the next process lease write carries for operators (no store request)."""
         engine = self.engine
+        host = None if engine is None else engine.host
         return node_report(
             self.requests.requests,
             self.clock.monotonic() - self._counting_since_s,
             0 if engine is None else engine.registry().version,
             () if self._restoring is None else self._restoring(),
+            None if host is None else host.quiescent_through(),  # DC-21
         )
 
     def _owners_of(self, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
@@ -374,6 +377,7 @@ class RebalanceNode:
         duties = LeaderDuties(
             ctx, controller, engine, self.log, self.leader_work, self.config.checkpoint_interval_s
         )
+        duties.skip_checkpoint = self._skip_checkpoint  # DC-21
         self._duties = duties
         monitor = NodeMonitor(
             self.log,
