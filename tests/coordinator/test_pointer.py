@@ -15,7 +15,12 @@ from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.coordinator import leader as leader_module
 from laminar_cluster.coordinator.participant import InDoubt, Resolved
 from laminar_cluster.coordinator.paths import POINTER_PATH
-from laminar_cluster.coordinator.pointer import QUIET_MAX_S, PointerReader, PollSchedule
+from laminar_cluster.coordinator.pointer import (
+    QUIET_MAX_S,
+    WINDOW_FAST_POLLS_MAX,
+    PointerReader,
+    PollSchedule,
+)
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.store import OVERWRITE, open_store
@@ -88,6 +93,36 @@ def test_dc18_the_verdict_pointer_carries_the_next_periodic_prepare(url: str) ->
         assert participant.schedule._expected_s is not None  # the participant took the hint
 
     asyncio.run(main())
+
+
+def _polls(schedule: PollSchedule, start_s: float, end_s: float) -> list[float]:
+    """The waits a participant makes from `start_s` to `end_s` with nothing new."""
+    waits, now_s = [], start_s
+    while now_s < end_s:
+        wait_s = schedule.next_delay(now_s)
+        waits.append(wait_s)
+        now_s += wait_s
+    return waits
+
+
+def test_dc21_skipped_checkpoints_never_make_the_pointer_poll_faster() -> None:
+    """DC-21 with DC-18: while the leader skips its checkpoints no prepare comes; after the
+    one fast window around the expected prepare the schedule backs off to `quiet_s` and stays
+    there for the whole quiet stretch, and the long period it then learns from the next prepare
+    only ever spaces the polls out (each wait is still at most `quiet_s`)."""
+    schedule = PollSchedule.for_interval(0.05, 10.0)
+    schedule.prepare_seen(0.0)
+    schedule.settled()
+    waits = _polls(schedule, 0.0, 600.0)
+    fast = [w for w in waits if w < schedule.quiet_s]
+    assert len(fast) <= 2 * WINDOW_FAST_POLLS_MAX + 8  # one window, then back off once
+    assert len(waits) <= 600.0 / schedule.quiet_s + len(fast) + 1
+    assert waits[-50:] == [schedule.quiet_s] * 50  # a long quiet stretch polls at quiet_s
+    schedule.prepare_seen(600.0)  # a busy participant: the leader checkpoints again
+    assert schedule.period_s == 600.0
+    schedule.settled()
+    later = _polls(schedule, 600.5, 900.0)
+    assert all(w == schedule.quiet_s for w in later[:-1]), later[:20]
 
 
 def test_dc18_a_corrupt_pointer_is_skipped_once_and_an_unchanged_one_costs_no_body() -> None:

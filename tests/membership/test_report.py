@@ -99,7 +99,8 @@ def test_ml12_a_malformed_report_is_refused_on_read_and_never_written() -> None:
 def test_ml12_the_widest_record_fits_its_byte_limit() -> None:
     many = range(65_535 - REPORT_RESTORING_VNODES_MAX - 5, 65_535)
     big = 2**64 - 1
-    report = node_report(Counter(get=big, head=big, put=big, list=big, delete=big), 1e15, big, many)
+    counts = Counter(get=big, head=big, put=big, list=big, delete=big)
+    report = node_report(counts, 1e15, big, many, big)  # quiescent through u64::MAX too
     assert report.restoring_count == REPORT_RESTORING_VNODES_MAX + 5
     assert len(report.restoring) == REPORT_RESTORING_VNODES_MAX
     lease = ProcessLease(node=NODE, owner=_uuid(9), term=big - 1, seq=big - 1, expires_at_ms=-1)
@@ -119,6 +120,27 @@ def test_ml12_the_widest_record_fits_its_byte_limit() -> None:
     )
     body = encode(record)
     assert len(body) < MAX_NODE_LEASE_RECORD_BYTES
+
+
+def test_dc21_a_report_carries_quiescent_through_and_one_written_before_it_still_decodes() -> None:
+    """DC-21's field of the report is optional with a default: a version 2 record whose report
+    was written without it (canonical bytes of the earlier shape) decodes with it None, a
+    record carrying it round-trips, and bytes that are neither shape are refused."""
+    record = _record(node_report(Counter(get=3), 1.0, 2, [4, 5], 17))
+    assert record.report is not None and record.report.quiescent_through == 17
+    body = encode_node_record(record, key=KEY, node=NODE)
+    assert b'"quiescent_through":17}' in body
+    assert decode_node_record(body, key=KEY, node=NODE) == record
+    busy = _record(node_report(Counter(get=3), 1.0, 2, [4, 5]))
+    assert b'"quiescent_through":null}' in encode(busy)
+    earlier = encode(busy).replace(b',"quiescent_through":null}', b"}")
+    decoded = decode_node_record(earlier, key=KEY, node=NODE)
+    assert decoded == busy and decoded.report is not None
+    assert decoded.report.quiescent_through is None
+    with pytest.raises(CorruptRecord):  # an unknown field is neither shape
+        decode_node_record(earlier.replace(b"}}", b',"quiet":1}}', 1), key=KEY, node=NODE)
+    with pytest.raises(CorruptRecord):  # a float is no u64 in either shape
+        decode_node_record(body.replace(b":17}", b":17.0}"), key=KEY, node=NODE)
 
 
 def test_ml12_a_store_holding_a_version_1_record_starts_over_it() -> None:

@@ -223,6 +223,38 @@ def test_last_commit_age_is_nan_until_a_commit_then_the_seconds_since_the_latest
     asyncio.run(main())
 
 
+@dataclass
+class QuietEngine(CommittingEngine):
+    through: int | None = None
+
+    def quiescent_through(self) -> int | None:
+        return self.through
+
+
+def test_dc21_an_idle_node_skipping_checkpoints_does_not_age_its_last_commit() -> None:
+    """DC-21: while the engine is quiescent through its last commit (the leader skips the
+    periodic checkpoints: nothing is left to commit) the last commit's age stays at 0; once
+    busy it ages again from the last moment it was quiescent."""
+
+    async def main() -> None:
+        clock = SimulatedClock(seed=6)
+        metrics = NodeMetrics(clock=clock)
+        engine = QuietEngine(RegistrySnapshot(version=1, owners=(2,)), commits=1)
+        age = "laminar_last_commit_age_seconds"
+        metrics.update_from(FakeController(), engine)  # the engine's commit
+        engine.through = 4
+        for _ in range(10):  # a long idle stretch: no commit at all
+            clock.advance(30.0)
+            metrics.update_from(FakeController(), engine)
+            assert metrics.value(age) == 0.0
+        engine.through = None  # busy: the next commit is due
+        clock.advance(2.0)
+        metrics.update_from(FakeController(), engine)
+        assert metrics.value(age) == 2.0
+
+    asyncio.run(main())
+
+
 def test_every_series_is_laminar_prefixed_and_every_counter_ends_in_total() -> None:
     metrics = NodeMetrics()
     metrics.publish_placement(PlacementMetrics({"r;z1": 2}, 1.0))

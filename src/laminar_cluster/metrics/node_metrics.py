@@ -22,7 +22,10 @@ series are RB §3.4's `placement_vnodes_per_domain` and
 appends it to a Counter's name), and a unit ends the name where there is one (`_seconds`,
 `_events`). `laminar_last_commit_age_seconds` is computed at scrape time on the metrics' clock:
 the monotonic seconds since this process last saw a cluster checkpoint commit (it led one, or
-its engine committed its cut of one); NaN before the first.
+its engine committed its cut of one), held at 0 while the engine offers `quiescent_through()`
+and it names a checkpoint: nothing here is left to commit, so an idle cluster whose leader
+skips its checkpoints (distributed-checkpoint.md DC-21) does not look stalled; NaN before the
+first.
 """
 
 from __future__ import annotations
@@ -171,7 +174,8 @@ class NodeMetrics:
         )
         self.last_commit_age = Gauge(
             "laminar_last_commit_age_seconds",
-            "Seconds since this process last saw a cluster checkpoint commit (NaN: none yet)",
+            "Seconds since this process last saw a cluster checkpoint commit, 0 while nothing "
+            "here is left to commit (quiescent through its last; NaN: none yet)",
             registry=r,
         )
         self.last_commit_age.set_function(self._last_commit_age_s)
@@ -257,6 +261,9 @@ class NodeMetrics:
             if commits > self._commits_seen:  # the engine committed its cut of a checkpoint
                 self.commit_seen()
             self._commits_seen = commits
+        quiescent = _optional(engine, "quiescent_through")
+        if quiescent is not None and quiescent() is not None:
+            self.commit_seen()  # DC-21: everything here is in the last commit
         processed = getattr(figures, "events_processed", None)
         if isinstance(processed, int):
             if processed > self._events_seen:  # a counter only rises; a new engine starts at 0

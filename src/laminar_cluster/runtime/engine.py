@@ -178,6 +178,10 @@ class EngineView:
         """The assignment version the engine runs and its owners."""
         return self.engine.registry()
 
+    def quiescent_through(self) -> int | None:
+        """DC-21: the last committed checkpoint nothing changed after, or None (the host's)."""
+        return self.host.quiescent_through()
+
     def progress(self) -> EngineProgress:
         """The host's figures, with the reference engine's events, offsets and pauses."""
         plane = self.plane

@@ -127,3 +127,38 @@ def test_a_leader_lost_while_waiting_does_not_checkpoint() -> None:
         assert engine.checkpoints == []
 
     asyncio.run(main())
+
+
+def test_dc21_a_quiet_periodic_checkpoint_stays_due_and_runs_at_the_first_busy_tick() -> None:
+    """DC-21: while `skip_checkpoint` says quiet, no periodic checkpoint runs and it stays due
+    (asked again every tick, logged once per quiet stretch); the first tick after it says busy
+    checkpoints, not an interval later."""
+
+    async def main() -> None:
+        clock = SimulatedClock(seed=2)
+        lock = asyncio.Lock()
+        duties, engine = _duties(clock, lock, [True])
+        quiet = [True]
+        asked: list[float] = []
+
+        def skip(fence: object) -> bool:
+            asked.append(clock.monotonic())
+            return quiet[0]
+
+        duties.skip_checkpoint = skip
+        shutdown = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(duties.run(shutdown))
+            await clock.step(5 * INTERVAL_S, yields=50)
+            assert engine.checkpoints == []
+            assert len(asked) >= 5 * INTERVAL_S / POLL_S - INTERVAL_S / POLL_S - 2  # every tick
+            quiet[0] = False
+            busy_s = clock.monotonic()
+            await clock.step(POLL_S + 0.01, yields=50)
+            assert len(engine.checkpoints) == 1
+            assert engine.checkpoints[0] - busy_s <= POLL_S + 0.01
+            shutdown.set()
+            await clock.step(1.0, yields=50)
+        assert duties.log._stream.getvalue().count("checkpoints_quiet") == 1
+
+    asyncio.run(main())
