@@ -39,7 +39,7 @@ from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem, process_lease_problem
 
 # The widest version 1 record (8 takeovers, every integer and the failure domain at their
-# widest) is about 3.6 KB; version 2 with a report listing 256 five-digit vnodes is 4,478 bytes.
+# widest) is about 3.6 KB; version 2 with a report listing 256 five-digit vnodes is 4,519 bytes.
 MAX_NODE_LEASE_RECORD_BYTES: Final = 8192
 NODE_LEASE_RECORD_VERSION: Final = 2
 # The restoring vnodes a report lists (all of them up to this many; the count is always exact).
