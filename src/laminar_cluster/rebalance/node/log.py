@@ -6,8 +6,9 @@ seconds; on one host the processes share it, so a bench can order events of diff
 then the event's fields. Events the node writes: `acquired`, `active`, `leader` /
 `leader_lost`, `members`, `seeded`, `rotated` / `rebalance_failed`, `adopted`, `activated`,
 `checkpoint` / `checkpoint_failed` / `checkpoints_quiet` (the first periodic checkpoint skipped
-since the last one, DC-21), `leaving`, `draining`, `left`, `leave_timeout`, `fenced`, `crashed`, `stopped`, `requests` (store request counters by purpose, when enabled) and `log` (a
-forwarded record of the library's own `logging` output, at its level). The stream node adds
+since the last one, DC-21), `leaving`, `draining`, `left`, `leave_timeout`, `fenced`, `crashed`,
+`stopped`, `requests` (store request counters by purpose, when enabled) and `log` (a forwarded
+record of the library's own `logging` output, at its level). The stream node adds
 `progress` (runtime.node: the engine's figures when they moved), and `laminar-cluster node`
 writes `refused`, `started` (the metrics endpoint) and `signal` (cli.node). `EVENT_LEVELS`
 gives each event its level; every other event is INFO.
