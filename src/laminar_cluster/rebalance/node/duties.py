@@ -65,7 +65,7 @@ class LeaderDuties:
     checkpoint_interval_s: float
     skip_checkpoint: SkipCheckpoint | None = None
     seeded: bool = False
-    quiet: bool = False  # skipping since the last checkpoint (logged once per stretch)
+    skipping: bool = False  # skipped since the last checkpoint call (logged once per stretch)
     next_checkpoint_s: float = 0.0
     _quiet: _Quiet = field(default_factory=_Quiet)
 
@@ -155,11 +155,10 @@ class LeaderDuties:
             return
         if self.controller.checkpoint_drain_transition() is not None:
             return
-        started_s = ctx.clock.monotonic()
+        started_s, self.skipping = ctx.clock.monotonic(), False
         result = await engine.checkpoint_until(deadline=ctx.head_deadline())
         took_s = round(ctx.clock.monotonic() - started_s, 4)
         if result.success:
-            self.quiet = False
             self.log.write(
                 "checkpoint",
                 epoch=result.epoch,
@@ -179,8 +178,8 @@ class LeaderDuties:
         """DC-21: skip this periodic checkpoint (the first skip after a Commit is logged)."""
         if fence is None or self.skip_checkpoint is None or not self.skip_checkpoint(fence):
             return False
-        if not self.quiet:
-            self.quiet = True
+        if not self.skipping:
+            self.skipping = True
             self.log.write("checkpoints_quiet", fence_version=fence.assignment_version)
         return True
 
