@@ -110,9 +110,16 @@ def test_dc21_skipped_checkpoints_never_make_the_pointer_poll_faster() -> None:
     one fast window around the expected prepare the schedule backs off to `quiet_s` and stays
     there for the whole quiet stretch, and the long period it then learns from the next prepare
     only ever spaces the polls out (each wait is still at most `quiet_s`)."""
+    for hinted in (False, True):
+        _quiet_stretch(hinted)
+
+
+def _quiet_stretch(hinted: bool) -> None:
     schedule = PollSchedule.for_interval(0.05, 10.0)
     schedule.prepare_seen(0.0)
     schedule.settled()
+    if hinted:  # the verdict pointer named the next periodic prepare, which is then skipped
+        schedule.expect(10.0)
     waits = _polls(schedule, 0.0, 600.0)
     fast = [w for w in waits if w < schedule.quiet_s]
     assert len(fast) <= 2 * WINDOW_FAST_POLLS_MAX + 8  # one window, then back off once
