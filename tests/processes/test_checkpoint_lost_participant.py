@@ -14,15 +14,25 @@ must commit every event exactly once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from laminar_cluster.authority.cluster_outcome_reads import highest_cluster_committed_outcome
+from laminar_cluster.harness.fleet import NodeFleet
 from laminar_cluster.harness.workload import expected_aggregates
 from tests.processes.test_stream_processes import FIRST, SECOND, TIMINGS, _cluster, _produced
 
 CHECKPOINT_ROUND_S = TIMINGS.checkpoint_interval_s + 2.0  # the interval and one checkpoint
+
+
+def _boots_known(fleet: NodeFleet) -> Callable[[], bool]:
+    def known() -> bool:
+        runs = [fleet.current(node) for node in (1, 2, 3)]
+        return all(run is not None and run.boot is not None for run in runs)
+
+    return known
 
 
 @pytest.mark.processes
@@ -37,6 +47,8 @@ def test_dc19_commits_resume_within_a_ttl_and_a_round_after_a_follower_is_cut_of
             fleet.start(node, ("--fault-outage-file", str(outage)))
         cluster.wait_exactly_once(expected_aggregates(FIRST), "3 nodes commit the workload")
         fleet.wait_until("a leader is known", lambda: cluster.leader() is not None, 30.0)
+        # Two nodes may commit the workload before the third logged its start: wait for it.
+        fleet.wait_until("every node's boot is known", _boots_known(fleet), 30.0)
         leader = cluster.leader()
         assert leader is not None
         follower = fleet.current(next(n for n in (1, 2, 3) if n != leader.node))
