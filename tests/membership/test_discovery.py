@@ -1,6 +1,6 @@
-"""Discovery: one bounded listing per poll, dead after a full ttl unchanged on the observer's
-monotonic clock, the same view everywhere, self included (docs/protocols/membership.md ML-4,
-ML-8..ML-10; ML §4.3.4)."""
+"""Discovery: a bounded listing at the first poll, then conditional reads, dead after a
+full ttl unchanged on the observer's monotonic clock, the same view everywhere, self included
+(docs/protocols/membership.md ML-4, ML-8..ML-10; ML §4.3.4)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from laminar_cluster.membership import (
     activate,
     node_lease_path,
 )
-from laminar_cluster.store import OVERWRITE, ObjectStore, open_store
+from laminar_cluster.store import OVERWRITE, GetResult, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
+from laminar_cluster.store.forwarding import ForwardingStore
 
 TTL_S = 2.0
 FAR = 1e9
@@ -96,21 +97,54 @@ def test_draining_and_left_are_reported_as_announced() -> None:
     asyncio.run(main())
 
 
-def test_ml8_one_listing_per_poll_and_reads_only_changed_records() -> None:
+class _Bodies(ForwardingStore):
+    """Counts the reads that returned a body (a conditional GET of an unchanged object
+    returns none)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.bodies = 0
+
+    async def get(self, key: str, *, end: int | None = None) -> GetResult:
+        result = await super().get(key, end=end)
+        self.bodies += 1
+        return result
+
+    async def get_if_changed(self, key: str, e_tag: str) -> GetResult | None:
+        result = await super().get_if_changed(key, e_tag)
+        self.bodies += result is not None
+        return result
+
+
+def test_ml8_one_bounded_listing_then_bodies_only_of_changed_records() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=4)
         inner = open_store("memory://")
         holders = [await _start(inner, clock, node) for node in (1, 2, 3)]
-        store = CountingStore(inner)
+        bodies = _Bodies(inner)
+        store = CountingStore(bodies)
         discovery = Discovery(store, clock)
         await discovery.poll(deadline=FAR)
-        assert (store.requests["list"], store.requests["get"]) == (1, 3)
+        assert (store.requests["list"], store.requests["get"], bodies.bodies) == (1, 3, 3)
         store.reset()
+        bodies.bodies = 0
         await holders[0].renew(deadline=FAR)
         await discovery.poll(deadline=FAR)
-        assert (store.requests["list"], store.requests["get"]) == (1, 1)
+        # No listing: the roster (read whole the first time), then one conditional GET per
+        # record, of which only the renewed one returns a body.
+        assert (store.requests["list"], store.requests["get"], bodies.bodies) == (0, 4, 2)
+        store.reset()
+        bodies.bodies = 0
+        await discovery.poll(deadline=FAR)
+        assert (store.requests["list"], store.requests["get"], bodies.bodies) == (0, 4, 0)
         with pytest.raises(CorruptRecord, match="more than 2 node lease objects"):
             await Discovery(store, clock, nodes_max=2).poll(deadline=FAR)
+        bounded = Discovery(store, clock, nodes_max=2, list_every=2)
+        with pytest.raises(CorruptRecord, match="more than 2 node lease objects"):
+            await bounded.poll(deadline=FAR)
+        # At a roster poll, a roster over the bound is reported and the listing refuses too.
+        with pytest.raises(CorruptRecord, match="more than 2 node lease objects"):
+            await bounded.poll(deadline=FAR)
 
     asyncio.run(main())
 

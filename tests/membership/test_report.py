@@ -60,7 +60,8 @@ def test_ml12_each_renewal_carries_the_counts_of_the_requests_before_it() -> Non
         clock.advance(0.25)
         renewed = await holder.renew(deadline=FAR)
         assert renewed.report is not None
-        assert renewed.report.requests.put == counted.requests["put"] - 1 == 2
+        # The start, the roster's creation (ML-14: the first node to join) and the activation.
+        assert renewed.report.requests.put == counted.requests["put"] - 1 == 3
         assert renewed.report.requests.counted_ms == 750
         assert (renewed.report.restoring_count, renewed.report.restoring) == (0, ())
         stored = await read_node_record(counted, NODE)

@@ -44,7 +44,10 @@ async def keep_renewed(holder: ProcessLeaseHolder, clock: Clock, *, interval_s: 
 
 
 async def activate(holder: ProcessLeaseHolder, *, deadline: float) -> None:
-    """joining -> active (only active nodes are assignable, ML §1.3)."""
+    """joining -> active (only active nodes are assignable, ML §1.3), once this node's id is
+    in the roster (ML-14: discovery finds a join without listing). Safe to repeat: the roster
+    join reads first, the renewal reads back."""
+    await holder.join_roster(deadline=deadline)
     await holder.renew(deadline=deadline, state=NodeState.ACTIVE)
 
 

@@ -1,7 +1,7 @@
-"""Object paths of membership (ML §1.3, ML §1.11): one lease object per node id.
-
-`membership/nodes/node={id:020}/lease.json`. The record is also the node's start counter: the
-process term of a new start is the stored term + 1, written by compare-and-swap (ML-1).
+"""Object paths of membership (ML §1.3, ML §1.11): one lease object per node id,
+`membership/nodes/node={id:020}/lease.json`, and the roster `membership/roster.json` (ML-14).
+The lease record is also the node's start counter: the process term of a new start is the
+stored term + 1, written by compare-and-swap (ML-1).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 
 NODES_PREFIX: Final = "membership/nodes/"
+# ML-14: the ids of the nodes that joined; outside NODES_PREFIX, so the listing never sees it.
+ROSTER_PATH: Final = "membership/roster.json"
 
 _NODE_LEASE = re.compile(r"membership/nodes/node=([0-9]{20})/lease\.json")
 

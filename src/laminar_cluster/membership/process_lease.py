@@ -48,6 +48,7 @@ from laminar_cluster.membership.records import (
     encode_node_record,
     with_takeover,
 )
+from laminar_cluster.membership.roster import RosterJoin, join_roster
 from laminar_cluster.store import CREATE, IfMatch, ObjectStore
 
 PROCESS_LEASE_ATTEMPTS_MAX: Final = 8
@@ -175,6 +176,11 @@ class ProcessLeaseHolder:
         raise StoreUnavailable(
             f"{self.key}: acquire did not converge in {PROCESS_LEASE_ATTEMPTS_MAX} attempts"
         )
+
+    async def join_roster(self, *, deadline: float) -> RosterJoin:
+        """ML-14: this node's id in the roster (before it activates; `leave.activate`)."""
+        self._require_held()
+        return await join_roster(self._store, self._clock, self.node, deadline=deadline)
 
     async def renew(self, *, deadline: float, state: NodeState | None = None) -> NodeLeaseRecord:
         """One renewal (optionally announcing `state`); ProcessFenced when superseded."""

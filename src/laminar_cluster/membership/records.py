@@ -48,6 +48,11 @@ NODE_TAKEOVERS_MAX: Final = 8
 FAILURE_DOMAIN_CHARS_MAX: Final = 64
 NODE_TTL_MS_MIN: Final = 10
 NODE_TTL_MS_MAX: Final = 600_000
+# ML-8: at most this many node lease objects (and roster entries).
+MEMBERSHIP_NODES_MAX: Final = 1024
+ROSTER_RECORD_VERSION: Final = 1
+# 1,024 ids of 20 digits with their commas and the envelope are about 21.5 KB.
+MAX_ROSTER_RECORD_BYTES: Final = 32_768
 
 
 class NodeState(enum.Enum):
@@ -174,6 +179,45 @@ class NodeLeaseRecordV1(Record):
             takeovers=self.takeovers,
             report=None,
         )
+
+
+class MembershipRoster(Record):
+    """`membership/roster.json` (version 1): the ids of the nodes that joined with a lease
+    record, strictly ascending (ML-14). Only grows: a writer adds its own id."""
+
+    version: Literal[1]
+    nodes: tuple[U64, ...]
+
+
+def roster_problem(roster: MembershipRoster, nodes_max: int) -> str | None:
+    """Why `roster` is not valid: ids nonzero u64, strictly ascending, at most `nodes_max`."""
+    nodes = roster.nodes
+    if len(nodes) > nodes_max:
+        return f"roster lists {len(nodes)} nodes; at most {nodes_max} allowed"
+    if any(not 0 < node <= U64_MAX for node in nodes):
+        return "roster lists a node id that is not a nonzero u64"
+    if any(a >= b for a, b in itertools.pairwise(nodes)):
+        return "roster's node ids are not strictly ascending"
+    return None
+
+
+def encode_roster(roster: MembershipRoster, *, key: str) -> bytes:
+    """Validate, then encode canonically (a bad roster is never written)."""
+    problem = roster_problem(roster, MEMBERSHIP_NODES_MAX)
+    if problem is not None:
+        raise InvalidArgument(f"{key}: {problem}")
+    return encode_checked(roster, what=key, max_bytes=MAX_ROSTER_RECORD_BYTES)
+
+
+def decode_roster(
+    body: bytes, *, key: str, nodes_max: int = MEMBERSHIP_NODES_MAX
+) -> MembershipRoster:
+    """Strict canonical decode plus validation; anything else is CorruptRecord (ML-10)."""
+    roster = decode(body, MembershipRoster, key=key, max_bytes=MAX_ROSTER_RECORD_BYTES)
+    problem = roster_problem(roster, nodes_max)
+    if problem is not None:
+        raise CorruptRecord(f"{key}: {problem}", key=key)
+    return roster
 
 
 def node_report(
