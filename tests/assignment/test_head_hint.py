@@ -28,7 +28,7 @@ def _hint(version: int, state: HeadState) -> AssignmentHeadHint:
 
 
 @LOCAL
-def test_as14_an_unchanged_head_costs_one_conditional_read(
+def test_as10_an_unchanged_head_costs_one_conditional_read(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:
@@ -66,7 +66,7 @@ def test_as14_an_unchanged_head_costs_one_conditional_read(
 
 
 @LOCAL
-def test_as14_a_missing_corrupt_or_stale_hint_is_repaired(
+def test_as10_a_missing_corrupt_or_stale_hint_is_repaired(
     make_store: Callable[[], ObjectStore],
 ) -> None:
     async def main() -> None:

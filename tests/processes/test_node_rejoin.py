@@ -34,7 +34,9 @@ def _events(run: Run, name: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.processes
-def test_a_node_cut_off_past_its_ttl_rejoins_and_every_event_counts_once(tmp_path: Path) -> None:
+def test_ml13_a_node_cut_off_past_its_ttl_rejoins_and_every_event_counts_once(
+    tmp_path: Path,
+) -> None:
     with _cluster(tmp_path) as cluster:
         fleet = cluster.fleet
         _produced(cluster.produce(FIRST), cluster.remaining_s())

@@ -62,7 +62,7 @@ def _record(lease_term: int, owner: str, state: NodeState) -> NodeLeaseRecord:
     )
 
 
-def test_rejoin_verdict_rejoins_over_its_own_or_a_left_record_only() -> None:
+def test_ml13_rejoin_verdict_rejoins_over_its_own_or_a_left_record_only() -> None:
     mine, other = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
     assert rejoin_verdict(None, {mine}) is RejoinVerdict.REJOIN
     assert rejoin_verdict(_record(3, mine, NodeState.ACTIVE), {mine}) is RejoinVerdict.REJOIN
@@ -71,7 +71,7 @@ def test_rejoin_verdict_rejoins_over_its_own_or_a_left_record_only() -> None:
         assert rejoin_verdict(_record(4, other, state), {mine}) is RejoinVerdict.DUPLICATE
 
 
-def test_a_node_cut_off_past_its_ttl_rejoins_with_a_new_term() -> None:
+def test_ml13_a_node_cut_off_past_its_ttl_rejoins_with_a_new_term() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=21)
         store = _faulty(clock, (OUTAGE_AT_S, OUTAGE_AT_S + OUTAGE_S))
@@ -112,7 +112,7 @@ def test_a_node_cut_off_past_its_ttl_rejoins_with_a_new_term() -> None:
     asyncio.run(main())
 
 
-def test_exit_on_fence_exits_3_without_rejoining() -> None:
+def test_ml13_exit_on_fence_exits_3_without_rejoining() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=22)
         store = _faulty(clock, (OUTAGE_AT_S, OUTAGE_AT_S + OUTAGE_S))
@@ -125,7 +125,7 @@ def test_exit_on_fence_exits_3_without_rejoining() -> None:
     asyncio.run(main())
 
 
-def test_a_newer_process_holding_the_node_id_is_never_taken_over() -> None:
+def test_ml13_a_newer_process_holding_the_node_id_is_never_taken_over() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=23)
         store = _faulty(clock)
@@ -151,7 +151,7 @@ def test_a_newer_process_holding_the_node_id_is_never_taken_over() -> None:
     asyncio.run(main())
 
 
-def test_a_leave_asked_for_while_rejoining_stops_the_process() -> None:
+def test_ml13_a_leave_asked_for_while_rejoining_stops_the_process() -> None:
     async def main() -> None:
         clock = SimulatedClock(seed=24)
         store = _faulty(clock, (OUTAGE_AT_S, OUTAGE_AT_S + 60.0))
