@@ -132,10 +132,12 @@ def test_members_watch_moves_only_on_signature_changes(store: ObjectStore) -> No
             waiter = group.create_task(watch.changed(1))
             await asyncio.sleep(0)
             assert not waiter.done()
-            await cluster.add(4, active=False)
+            # ML-14: a new node is in the others' views once its id is in the roster (at its
+            # activation; a joining node's record alone waits for the repair listing).
+            await cluster.add(4)
             await controller.refresh_members(deadline=cluster.deadline())
         assert waiter.result() == 2 == watch.version()
-        assert watch.current()[-1].node_id == 4 and watch.current()[-1].state == "joining"
+        assert watch.current()[-1].node_id == 4 and watch.current()[-1].state == "active"
         # A view without this node itself is refused and publishes nothing (RB §9).
         await store.delete(node_lease_path(1))
         with raises_because(Refused, Refusal.SELF_NOT_A_MEMBER):
