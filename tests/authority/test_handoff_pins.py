@@ -390,6 +390,38 @@ def test_pin_derives_through_the_decision_floor_anchor(
 
 
 @LOCAL
+def test_la19_the_decision_floor_keeps_the_decision_a_pin_is_derived_from(
+    make_store: Callable[[], ObjectStore],
+) -> None:
+    """A run of Aborts without a Commit (every rotation attempt failing) takes its pin from the
+    last decision with a checkpoint: the floor stops above that decision, so the pin stays
+    derivable and a recovery from the rollback head still has its cut (RB-14). Before this
+    rule, pruning after the third Abort compacted the Commit away: no pin, no Commit under the
+    head's fence, every recovery refused for good (the sim's long fault phase, seed 798)."""
+
+    async def main() -> None:
+        leader, proof, handoff = await committed_drain(make_store())  # D2: Commit, pin on e1
+        first = await drain(leader, proof, fence(2), fence(3), ABORT)
+        second = await drain(leader, proof, rollback_fence(first), fence(4), ABORT)
+        third = await drain(leader, proof, rollback_fence(second), fence(5), ABORT)
+        held = HandoffPin(target=rollback_fence(third), checkpoint=ref_of(handoff))
+        assert await pin_of(leader) == held
+        # `prune_after(5)` asks for floor 4 (keep the snapshot pair [4, 5]); it stops at 3,
+        # where D2 is the anchor, and again on a second call.
+        assert await prune_decisions(leader, proof, 4) == 3
+        assert await prune_decisions(leader, proof, 4) == 3
+        assert [version for _, version in await live_versions(leader)] == [3, 4, 5]
+        assert await pin_of(leader) == held
+        assert await pin_of(open_leader(make_store(), 2)) == held
+        # The first Commit under the rollback consumes the pin; then the floor moves on.
+        created(await commit(leader, proof, 2, rollback_fence(third)))
+        assert await pin_of(leader) is None
+        assert await prune_decisions(leader, proof, 4) == 4
+
+    asyncio.run(main())
+
+
+@LOCAL
 def test_recovery_pin_and_propagation(make_store: Callable[[], ObjectStore]) -> None:
     async def main() -> None:
         leader = open_leader(make_store(), 1)

@@ -3,6 +3,7 @@
     python -m tests.sim.run --seed 17            # one seed: its full event trace and figures
     python -m tests.sim.run --seeds 0..99999     # many seeds on every core: failures and totals
     python -m tests.sim.run --seeds 0..999 --jobs 1 --progress 100
+    python -m tests.sim.run --seeds 0..9999 --long-faults   # the long scenario shape
 
 A failing seed prints its failure message (it starts with `seed=<n>`); `--seed <n>` replays it
 exactly. The exit status is 1 when any seed failed.
@@ -15,7 +16,7 @@ import sys
 import time
 
 from tests.sim.parallel import SeedOutcome, default_jobs, outcomes, summarize
-from tests.sim.simulation import run_seed
+from tests.sim.simulation import LONG_FAULTS, run_seed
 
 
 def parse_range(text: str) -> range:
@@ -38,9 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="print a progress line to stderr every N runs (0: never)",
     )
+    parser.add_argument(
+        "--long-faults",
+        action="store_true",
+        help="the long scenario shape (simulation.LONG_FAULTS: a 20 s fault phase)",
+    )
     args = parser.parse_args(argv)
+    config = LONG_FAULTS if args.long_faults else None
     if args.seed is not None:
-        result = run_seed(args.seed)
+        result = run_seed(args.seed, config)
         print("\n".join(result.trace))
         print(f"digest {result.digest}")
         print(" ".join(f"{k}={v}" for k, v in sorted(result.figures.items())))
@@ -52,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: list[SeedOutcome] = []
     failed = 0
-    for outcome in outcomes(args.seeds, jobs=args.jobs):
+    for outcome in outcomes(args.seeds, jobs=args.jobs, config=config):
         results.append(outcome)
         if outcome.violations:
             failed += 1

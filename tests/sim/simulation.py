@@ -63,6 +63,12 @@ class SimConfig:
     faults: bool = True  # False: no scenario events and no store faults (a calm cluster)
 
 
+# The long form: ten times the fault phase, events a little more often, and room to converge
+# after it. Runs of failing rotations pile up here (a graceful leave that cannot be served while
+# owners crash): the decision-floor rule of LA-19 was found only by this shape.
+LONG_FAULTS = SimConfig(fault_phase_s=20.0, event_every_s=1.5, quiet_max_s=60.0)
+
+
 @dataclass
 class SimResult:
     seed: int
@@ -71,6 +77,7 @@ class SimResult:
     figures: Counter[str]
     violations: list[str]
     warnings: Counter[str]
+    long_faults: bool = False
 
     def failure_message(self) -> str:
         tail = "\n".join(self.trace[-40:])
@@ -78,7 +85,8 @@ class SimResult:
         repeated = "\n".join(f"{n}x {w}" for w, n in self.warnings.most_common(6))
         return (
             f"seed={self.seed}: {len(self.violations)} checker failure(s); replay with "
-            f"`{REPLAY.format(seed=self.seed)}`\n{found}\n-- trace tail --\n{tail}\n"
+            f"`{REPLAY.format(seed=self.seed)}{' --long-faults' if self.long_faults else ''}`"
+            f"\n{found}\n-- trace tail --\n{tail}\n"
             f"-- most repeated warnings --\n{repeated}"
         )
 
@@ -231,6 +239,7 @@ class Simulation:
             figures=self.figures,
             violations=self.checkers.violations + jumps.violations,
             warnings=self.warnings,
+            long_faults=self.config == LONG_FAULTS,
         )
 
     async def _step(self, *, until: float) -> None:

@@ -14,6 +14,10 @@ step (checkers 1-5, `tests.sim.checkers`).
   another hash seed, gives the same event trace and the same digest of every store write.
 * `test_soak` (`pytest -m soak`): `LAMINAR_SIM_SEEDS` seeds (default 100,000) from
   `LAMINAR_SIM_START` (default 0). The same runs are `python -m tests.sim.run --seeds A..B`.
+* `test_long_fault_phase_seed`: `LAMINAR_SIM_LONG_SEEDS` (default 50) seeds of the long shape
+  (`simulation.LONG_FAULTS`: a 20 s fault phase), plus the seeds that found the LA-19 floor
+  rule; `test_soak_long_faults` (`-m soak`) runs 10,000 of them
+  (`python -m tests.sim.run --seeds A..B --long-faults`).
 * `test_owner_lost_before_first_checkpoint_converges`: the bootstrap window the random
   scenarios skip (their faults start once v1 is checkpointed): recovery to the initial state.
 
@@ -35,9 +39,14 @@ from tests.sim import events
 from tests.sim.ahead import SeedsAhead
 from tests.sim.events import NODES_MAX, NODES_MIN
 from tests.sim.parallel import SeedOutcome, outcomes, summarize
-from tests.sim.simulation import SimConfig, Simulation, run_seed, run_simulation
+from tests.sim.simulation import LONG_FAULTS, SimConfig, Simulation, run_seed, run_simulation
 
 FAST_SEEDS = int(os.environ.get("LAMINAR_SIM_FAST_SEEDS", "2000"))
+LONG_SEEDS = int(os.environ.get("LAMINAR_SIM_LONG_SEEDS", "50"))
+LONG_SOAK_SEEDS = 10_000
+# Long-shape seeds that ended with every recovery refused for good (a run of Aborts whose pin
+# had been compacted away) before the decision floor kept the pin's decision (LA-19).
+LONG_REGRESSIONS = (574, 742, 798, 988, 1098)
 SOAK_SEEDS = 100_000
 REPLAY_SEED = 11
 BOOT_WINDOW_SEED = 3
@@ -108,6 +117,23 @@ def test_same_seed_same_trace() -> None:
     lines = replay.stdout.splitlines()
     assert f"digest {first.digest}" in lines, replay.stdout[-2000:] + replay.stderr[-2000:]
     assert lines[: len(first.trace)] == first.trace
+
+
+@pytest.mark.parametrize("seed", [*LONG_REGRESSIONS, *range(LONG_SEEDS)])
+def test_long_fault_phase_seed(seed: int) -> None:
+    result = run_seed(seed, LONG_FAULTS)
+    assert not result.violations, result.failure_message()
+    assert result.figures["crashes"] >= 1 and result.figures["leaves"] >= 1
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+def test_soak_long_faults() -> None:
+    count = int(os.environ.get("LAMINAR_SIM_LONG_SOAK_SEEDS", str(LONG_SOAK_SEEDS)))
+    failures = [r.message for r in outcomes(range(count), config=LONG_FAULTS) if r.violations]
+    assert not failures, f"{len(failures)} of {count} seeds failed; first:\n" + "\n\n".join(
+        failures[:5]
+    )
 
 
 @pytest.mark.soak

@@ -25,20 +25,15 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 from laminar_cluster.authority import admission
-from laminar_cluster.checkpoint.limits import U64_MAX
-from laminar_cluster.codec.shape import writing
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, InventoryChanged, Refused
-from laminar_cluster.fencing import LeaderProof
+from laminar_cluster.errors import CorruptRecord, InventoryChanged, Refused
 from laminar_cluster.lease.limits import MAX_LIVE_AUTHORITY_LINKS
 from laminar_cluster.lease.log import read_record_from
 from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import (
     AssignmentDecisionLink,
     AuthorityAssignmentDecision,
-    AuthorityAssignmentDecisionFloor,
     LeaderAuthorityRecord,
 )
-from laminar_cluster.lease.validate import validate_assignment_floor
 
 if TYPE_CHECKING:
     from laminar_cluster.lease.lease_store import LeaderLeaseStore
@@ -144,65 +139,6 @@ async def _audited_link(
             key=key,
         )
     return decision, record.previous_assignment_decision
-
-
-async def prune_assignment_drain_decisions_before(
-    authority: LeaderLeaseStore, proof: LeaderProof, before: int, *, deadline: float
-) -> int:
-    """Advance the shared decision floor to `before` (LA §4.5.6) and return the durable floor.
-
-    Precondition (the caller's duty): assignment snapshots below `before` are already durably
-    pruned. `before == 0` only reads the current floor (0 without one). A floor already at or
-    past `before` is returned without a write. Records below the new floor become eligible for
-    the history prune; the anchor keeps continuity by value.
-    """
-    if before < 0 or before > U64_MAX:
-        raise InvalidArgument(f"assignment decision floor {before} is outside 0..={U64_MAX}")
-    if before == 0:
-        head_record = await authority.load_record()
-        floor = None if head_record is None else head_record.assignment_decision_floor
-        return 0 if floor is None else floor.before_target_version
-    what = "assignment decision floor"
-    admission.require_canonical_proof(proof, what)
-
-    async def decide(
-        head: LeaderAuthorityRecord, require_term: admission.RequireTerm
-    ) -> admission.Decision[int]:
-        if not require_term.raced:
-            require_term()  # LA §4.5.6 step 1: a fresh head is checked first (LA-5)
-        # A floor at or past `before` settles the call, also when it is a winner's (LA §4.5.6).
-        reached = head.assignment_decision_floor
-        if reached is not None and reached.before_target_version >= before:
-            authority.schedule_prune()  # floors only move forward: a history prune instead
-            return admission.Answer(reached.before_target_version)
-        require_term()  # LA-5: admitted only right after a record of the proof's exact term
-        audited = await audit_assignment_decisions(authority, head)
-        return admission.Append(_floor_record(head, audited, before), before, before)
-
-    return await admission.admit(
-        authority, proof=proof, decide=decide, what=what, deadline=deadline
-    )
-
-
-def _floor_record(
-    head_record: LeaderAuthorityRecord, audited: list[AuditedDecision], before: int
-) -> LeaderAuthorityRecord:
-    """The floor-advancing record after `head_record`: the anchor is the greatest live decision
-    below `before` (with its exact audited link), else the existing anchor (LA §4.5.6 step 3)."""
-    below = [entry for entry in audited if entry[1].target_version < before]
-    anchor: AuthorityAssignmentDecision | None = None
-    anchor_link: AssignmentDecisionLink | None = None
-    if below:
-        anchor_link, anchor = below[-1]
-    elif head_record.assignment_decision_floor is not None:
-        anchor = head_record.assignment_decision_floor.terminal_anchor
-        anchor_link = head_record.assignment_decision_floor.terminal_anchor_link
-    floor = AuthorityAssignmentDecisionFloor(
-        before_target_version=before, terminal_anchor=anchor, terminal_anchor_link=anchor_link
-    )
-    with writing("assignment decision floor"):
-        validate_assignment_floor(floor)  # validated before it is written (and again on encode)
-    return admission.successor(head_record, assignment_decision_floor=floor)
 
 
 def check_decision_floor(head_record: LeaderAuthorityRecord, target_version: int) -> None:

@@ -39,8 +39,8 @@ from laminar_cluster.authority.assignment_chain import (
     check_advances,
     check_decision_floor,
     decision_record,
-    prune_assignment_drain_decisions_before,
 )
+from laminar_cluster.authority.decision_floor import prune_assignment_drain_decisions_before
 from laminar_cluster.authority.reread import read_head_retrying
 from laminar_cluster.checkpoint.records import RecoveryCapsuleRef
 from laminar_cluster.codec.shape import writing

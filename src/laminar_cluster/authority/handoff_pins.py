@@ -70,6 +70,7 @@ __all__ = [
     "assignment_handoff_pin",
     "assignment_handoff_pin_on",
     "handoff_pin_at",
+    "handoff_pin_base_version",
     "rollback_fence",
 ]
 
@@ -138,10 +139,25 @@ async def handoff_pin_at(
     """The active pin of `head`, given `outcomes`: the audited cluster outcomes of the same
     head (ascending by epoch, anchors included). Mutators call this with the head their append
     is conditioned on, so the pin they enforce is the one in force when they write."""
-    candidate = await _candidate(authority, head, outcomes)
-    if candidate is None or _consumed(candidate, outcomes):
+    derived = await _candidate(authority, head, outcomes)
+    if derived is None or _consumed(derived.pin, outcomes):
         return None
-    return candidate
+    return derived.pin
+
+
+async def handoff_pin_base_version(
+    authority: LeaderLeaseStore,
+    head: LeaderAuthorityRecord,
+    outcomes: tuple[CheckpointOutcome, ...],
+) -> int | None:
+    """The target version of the decision the active pin of `head` is derived from (the
+    highest decision itself, or the decision below a run of Aborts without a restore cut);
+    None without an active pin. The decision floor stays at or below it + 1, so that decision
+    remains live or the floor's anchor and the pin stays derivable (LA-19)."""
+    derived = await _candidate(authority, head, outcomes)
+    if derived is None or _consumed(derived.pin, outcomes):
+        return None
+    return derived.base_version
 
 
 def _has_decision(head: LeaderAuthorityRecord) -> bool:
@@ -155,7 +171,7 @@ async def _candidate(
     authority: LeaderLeaseStore,
     head: LeaderAuthorityRecord,
     outcomes: tuple[CheckpointOutcome, ...],
-) -> HandoffPin | None:
+) -> _Derived | None:
     """P(D) for the highest decision D, iteratively: Aborts without a restore cut wait in
     `waiting` (newest first) for the pin of the decision just below them."""
     waiting: list[AssignmentDrainDecision] = []
@@ -173,6 +189,14 @@ async def _candidate(
     return None  # the chain ran out below the waiting Aborts (or had no decision)
 
 
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    """A candidate pin and the target version of the decision its checkpoint comes from."""
+
+    pin: HandoffPin
+    base_version: int
+
+
 class _Wait:
     """The decision is an Abort without a restore cut: look one decision further down."""
 
@@ -184,7 +208,7 @@ def _resolve(
     decision: AuthorityAssignmentDecision,
     waiting: list[AssignmentDrainDecision],
     outcomes: tuple[CheckpointOutcome, ...],
-) -> HandoffPin | _Wait | None:
+) -> _Derived | _Wait | None:
     """Step to `decision` (the next older one): the candidate of the highest decision once it
     is known, or _WAIT after recording `decision` as another waiting Abort."""
     if waiting and decision.target_version != waiting[-1].transition.predecessor.assignment_version:
@@ -198,7 +222,7 @@ def _resolve(
         if pin.target != abort.transition.predecessor:
             return None
         pin = HandoffPin(target=rollback_fence(abort), checkpoint=pin.checkpoint)
-    return pin
+    return _Derived(pin=pin, base_version=decision.target_version)
 
 
 def _direct(

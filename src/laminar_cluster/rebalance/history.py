@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from laminar_cluster.authority.assignment_chain import prune_assignment_drain_decisions_before
+from laminar_cluster.authority.decision_floor import prune_assignment_drain_decisions_before
 from laminar_cluster.errors import (
     LaminarError,
 )
