@@ -131,16 +131,10 @@ class PartitionCursor:
         path = event_batch_path(self.partition, first)
         cached = self._cached
         if cached is None or cached.first != first:
-            try:
-                result = await retry_until(
-                    lambda: self.store.get(path),
-                    what=f"get {path}",
-                    clock=self.clock,
-                    deadline=deadline,
-                )
-            except ObjectNotFound:
-                raise CorruptRecord(f"{path}: listed event batch is gone", key=path) from None
-            decoded = decode_batch(path, result.body)
+            body = await _get_or_none(self.store, path, clock=self.clock, deadline=deadline)
+            if body is None:
+                raise CorruptRecord(f"{path}: listed event batch is gone", key=path)
+            decoded = decode_batch(path, body)
             cached = _Batch(first, decoded.keys, decoded.values)
             self._cached, self._end_is_ours = cached, False
         if index + 1 < len(self.firsts) and cached.end != self.firsts[index + 1]:
@@ -206,16 +200,10 @@ class PartitionCursor:
         if published is None or published <= end or (self.firsts and end <= self.firsts[-1]):
             return False
         path = event_batch_path(self.partition, end)
-        try:
-            result = await retry_until(
-                lambda: self.store.get(path),
-                what=f"get {path}",
-                clock=self.clock,
-                deadline=deadline,
-            )
-        except ObjectNotFound:
+        body = await _get_or_none(self.store, path, clock=self.clock, deadline=deadline)
+        if body is None:
             return False
-        decoded = decode_batch(path, result.body)
+        decoded = decode_batch(path, body)
         self.firsts.append(end)
         self._cached, self._end_is_ours = _Batch(end, decoded.keys, decoded.values), False
         return True
@@ -370,13 +358,19 @@ class EventLog:
     async def partitions(self, *, deadline: float) -> int | None:
         """The declared partition count, or None if no producer declared one."""
         async with within_deadline(self.clock, deadline, f"read {LAYOUT_PATH}"):
-            try:
-                result = await retry_until(
-                    lambda: self.store.get(LAYOUT_PATH),
-                    what=f"get {LAYOUT_PATH}",
-                    clock=self.clock,
-                    deadline=deadline,
-                )
-            except ObjectNotFound:
-                return None
-        return decode_layout(result.body)
+            body = await _get_or_none(self.store, LAYOUT_PATH, clock=self.clock, deadline=deadline)
+        return None if body is None else decode_layout(body)
+
+
+async def _get_or_none(
+    store: ObjectStore, path: str, *, clock: Clock, deadline: float
+) -> bytes | None:
+    """The body at `path`, None when there is no object; StoreUnavailable is retried until
+    `deadline` (a read is always safe to repeat)."""
+    try:
+        result = await retry_until(
+            lambda: store.get(path), what=f"get {path}", clock=clock, deadline=deadline
+        )
+    except ObjectNotFound:
+        return None
+    return result.body
