@@ -1,24 +1,26 @@
 """The leader's wait for the participants' acks of one attempt
 (docs/protocols/distributed-checkpoint.md, leader steps L5-L6; DC-3, DC-5, DC-16, DC-19).
 
-Each poll is one listing of `manifest/`, after a wait that starts at `first_wait_s` (what the
-last collection took, so a steady cluster is usually found complete at the first or second
-poll) and then backs off from `poll_s`, doubling up to `BACKOFF_MAX_S`. A manifest of a fence
-participant not yet sealed is read and verified at once: its participant is exactly the fence's
-(node and boot), it answers exactly this attempt's prepare (by SHA-256), its slices cover
-exactly the vnodes the owner map gives that node and are well formed, and each reference is the
-last committed cut's slice of that vnode (`slices.check_references`). No state object is read:
-the manifest carries every digest, and a restore checks the bytes against them (DC-10). A
-verified participant is `Sealed`. Objects are create-only, so a manifest that fails
+Each poll is one listing of `manifest/`, after a wait that starts at `first_wait_s` (a fraction of
+the shortest of the last `LEARNED_COLLECTIONS` complete collections, so a steady cluster is usually
+found complete at the first or second poll, and one slow collection, say the first after a rotation,
+does not delay the next few) and then backs off from `poll_s`, doubling up to `BACKOFF_MAX_S`. A
+manifest of a fence participant not yet sealed is read and verified at once: its participant is
+exactly the fence's (node and boot), it answers exactly this attempt's prepare (by SHA-256), its
+slices cover exactly the vnodes the owner map gives that node and are well formed, and each
+reference is the last committed cut's slice of that vnode (`slices.check_references`). No state
+object is read: the manifest carries every digest, and a restore checks the bytes against them
+(DC-10). A verified participant is `Sealed`. Objects are create-only, so a manifest that fails
 verification can never become valid: the collection stops with that participant `rejected` (the
 leader aborts at once). A participant the membership view holds lost (suspected, dead, left, or
-superseded by another boot) while its manifest is missing ends the collection at once with it
-`lost` (DC-19: the leader aborts instead of waiting for the deadline). A store that fails a read
-is retried on the next poll.
+superseded by another boot) while its manifest is missing ends the collection at once with it `lost`
+(DC-19: the leader aborts instead of waiting for the deadline). A store that fails a read is retried
+on the next poll.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Collection as Container
 from dataclasses import dataclass, field
@@ -41,7 +43,8 @@ from laminar_cluster.errors import CorruptRecord, StoreUnavailable
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant
 from laminar_cluster.store import ObjectStore
 
-FIRST_WAIT_FRACTION: Final = 0.75  # of the last complete collection: the first poll's wait
+FIRST_WAIT_FRACTION: Final = 0.75  # of the shortest recent complete collection: the first wait
+LEARNED_COLLECTIONS: Final = 4  # how many recent complete collections the first wait learns from
 POLLS_MAX: Final = 1_000_000  # the loop's count bound; the deadline ends it long before
 BACKOFF_MAX_S: Final = 0.2  # the longest wait between two polls of one collection
 
@@ -203,7 +206,7 @@ async def verify_participant(
 class AckCollector:
     """One leader instance's collections (L5): `committed`, the last Commit's slices it checks
     references against (read once when it did not record that Commit itself), and how long its
-    last complete collection took (the next one's first wait)."""
+    last few complete collections took (the next one's first wait learns from the shortest)."""
 
     def __init__(
         self,
@@ -218,7 +221,7 @@ class AckCollector:
         self.poll_s = poll_s
         self.lost = lost
         self.committed: CommittedSlices | None = None
-        self._collect_s = 0.0
+        self._collect_s: deque[float] = deque(maxlen=LEARNED_COLLECTIONS)
 
     async def collect(
         self,
@@ -241,12 +244,12 @@ class AckCollector:
             self.clock,
             expected,
             poll_s=self.poll_s,
-            first_wait_s=FIRST_WAIT_FRACTION * self._collect_s,
+            first_wait_s=FIRST_WAIT_FRACTION * min(self._collect_s, default=0.0),
             until=until,
             lost=self.lost,
         )
         if not collection.missing(prepare.fence):
-            self._collect_s = self.clock.monotonic() - started_s
+            self._collect_s.append(self.clock.monotonic() - started_s)
         return collection
 
     async def baseline(self, previous: CheckpointOutcome | None) -> CommittedSlices | None:
