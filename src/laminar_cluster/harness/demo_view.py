@@ -52,6 +52,8 @@ class DemoView:
             self._live.update(self._render(), refresh=True)
             self._live.__exit__(kind, error, trace)
             self._live = None
+            if not self.console.is_terminal:
+                self.console.line()  # Live ends its last frame without one: the next line joined it
 
     def say(self, text: str, *, markup: bool = True) -> None:
         """A line above the live region (kept in the scrollback); `markup=False` for text
