@@ -34,7 +34,9 @@ whose fence is not the active pin's target (Aborts are never refused by the pin)
 `cluster_outcome_floors.prune_cluster_outcomes_before` refuses an artifact floor above the
 active pin's checkpoint, so `cluster_outcome(pin.checkpoint.epoch)` and
 `cluster_outcome_with_recovery_capsule` keep answering for it (a pin on the initial state holds
-no checkpoint and so no floor).
+no checkpoint and so no floor); and `decision_floor.prune_assignment_drain_decisions_before`
+keeps the decision floor at or below `handoff_pin_base_version` + 1, so the decision a run of
+Aborts inherits its pin from is never compacted away (LA-19).
 
 Reads: the decision chain is walked lazily, newest first: the newest decision, and for an
 Abort without a restore cut the chain of Aborts just below it (stopping at the first version
@@ -139,10 +141,8 @@ async def handoff_pin_at(
     """The active pin of `head`, given `outcomes`: the audited cluster outcomes of the same
     head (ascending by epoch, anchors included). Mutators call this with the head their append
     is conditioned on, so the pin they enforce is the one in force when they write."""
-    derived = await _candidate(authority, head, outcomes)
-    if derived is None or _consumed(derived.pin, outcomes):
-        return None
-    return derived.pin
+    derived = await _active(authority, head, outcomes)
+    return None if derived is None else derived.pin
 
 
 async def handoff_pin_base_version(
@@ -154,10 +154,18 @@ async def handoff_pin_base_version(
     highest decision itself, or the decision below a run of Aborts without a restore cut);
     None without an active pin. The decision floor stays at or below it + 1, so that decision
     remains live or the floor's anchor and the pin stays derivable (LA-19)."""
+    derived = await _active(authority, head, outcomes)
+    return None if derived is None else derived.base_version
+
+
+async def _active(
+    authority: LeaderLeaseStore,
+    head: LeaderAuthorityRecord,
+    outcomes: tuple[CheckpointOutcome, ...],
+) -> _Derived | None:
+    """The candidate of `head`, unless there is none or it is consumed."""
     derived = await _candidate(authority, head, outcomes)
-    if derived is None or _consumed(derived.pin, outcomes):
-        return None
-    return derived.base_version
+    return None if derived is None or _consumed(derived.pin, outcomes) else derived
 
 
 def _has_decision(head: LeaderAuthorityRecord) -> bool:
