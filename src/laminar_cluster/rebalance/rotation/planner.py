@@ -91,6 +91,8 @@ async def try_rebalance(ctx: RebalanceContext, live: Sequence[int]) -> int | Non
     if current.assignment_version > local.version and _roster_is_live(
         current, current_owners, successor_processes
     ):
+        if not authority.is_recovery:  # a recovery generation restores its owners cold
+            require_exact_lagging_edge(current, local, ctx.me.node_id)
         await ctx.engine.adopt_assignment(current, deadline=head_deadline)
         adopted = ctx.engine.registry().version
         if adopted < current.assignment_version:
@@ -118,6 +120,23 @@ async def _audited_head(
     except DeadlineExceeded as error:
         raise DeadlineExceeded("durable assignment head audit timed out") from error
     return current, authority
+
+
+def require_exact_lagging_edge(
+    current: AssignmentSnapshot, local: RegistrySnapshot, node_id: int
+) -> None:
+    """RB-11 at RB §4.3 step 12: a lagging committed head that is not a recovery generation is
+    adopted only over its exact edge (local + 1) or by a registry that owns no vnode. A registry
+    that owns vnodes and lags by more would skip the drains in between: it would keep the state
+    of a vnode it owned before them and owns again now, missing what its other owners committed
+    meanwhile (the sim's checker 4, seed 6978). Refused NOT_EXACT_SUCCESSOR instead: the
+    process stays where it is."""
+    if current.assignment_version > local.version + 1 and node_id in local.owners:
+        raise Refused(
+            f"lagging assignment {current.assignment_version} is not the exact successor of "
+            f"local assignment {local.version}, whose vnodes this process still holds",
+            reason=Refusal.NOT_EXACT_SUCCESSOR,
+        )
 
 
 def _require_head_not_behind(
