@@ -109,8 +109,41 @@ def test_rb16_drain_create_holds_the_lock_until_settled() -> None:
     asyncio.run(main())
 
 
-async def commit_next(scenario: HookScenario, owners: tuple[int, ...]) -> AssignmentSnapshot:
-    """A live Commit of the drain head -> `owners` by node 1, installed on every node."""
+def test_rb17_a_lagging_participant_keeps_the_version_it_runs() -> None:
+    """Ours (RB-11, RB-17): node 2, a participant of v4, still reports v2 (its drain 2 -> 3 not
+    yet resolved): committing v4 keeps v2, the predecessor that drain resolves against, instead
+    of pruning below 3 (the sim's seed 6978 stalled for good without it). Once node 2 runs v4,
+    the next prune keeps only the pair."""
+
+    async def main() -> None:
+        scenario = await build((1, 2), (1, 2, 1, 2))
+        ctx, snapshots = scenario.ctx(1), scenario.cluster.snapshots
+        await commit_next(scenario, (1, 1, 2, 2))  # v2, run everywhere
+        v3 = await commit_next(scenario, (1, 2, 1, 2), lagging=(2,))
+        v4 = await commit_next(scenario, (1, 1, 2, 2), lagging=(2,))
+        assert [await snapshots.load_version(v) is not None for v in (1, 2, 3, 4)] == [
+            False,
+            True,
+            True,
+            True,
+        ]
+        for snapshot in (v3, v4):  # node 2 catches up edge by edge
+            await install(scenario.ctx(2), snapshot)
+        await prune_after(ctx, v4.assignment_version, ctx.controller.capture_leader_proof())
+        assert [await snapshots.load_version(v) is not None for v in (2, 3, 4)] == [
+            False,
+            True,
+            True,
+        ]
+
+    asyncio.run(main())
+
+
+async def commit_next(
+    scenario: HookScenario, owners: tuple[int, ...], *, lagging: tuple[int, ...] = ()
+) -> AssignmentSnapshot:
+    """A live Commit of the drain head -> `owners` by node 1, installed on every node but the
+    `lagging` ones."""
     cluster = scenario.cluster
     head = await cluster.snapshots.load()
     assert head is not None
@@ -126,7 +159,7 @@ async def commit_next(scenario: HookScenario, owners: tuple[int, ...]) -> Assign
     )
     terminal = await cluster.snapshots.load()
     assert terminal is not None and terminal.assignment_version == version
-    for node_id in sorted(scenario.contexts):
+    for node_id in sorted(set(scenario.contexts) - set(lagging)):
         await install(scenario.ctx(node_id), terminal)
     return terminal
 
