@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -19,12 +20,13 @@ from laminar_cluster.clock import RealClock, SimulatedClock
 from laminar_cluster.errors import CorruptRecord, NotSupported
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
 from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.runtime.eventlog_ends import publish_shard
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from laminar_cluster.views.status import (
     ReadOnlyStore,
     StatusReader,
     StatusView,
-    listed_partitions,
+    indexed_partitions,
     status_once,
 )
 from laminar_cluster.views.status_render import render
@@ -186,8 +188,8 @@ class FakeLog:
     async def partitions(self, *, deadline: float) -> int | None:
         return self.declared
 
-    async def end_offset(self, partition: int, *, deadline: float) -> int:
-        return self.ends.get(partition, 0)
+    async def end_offsets(self, partitions: Sequence[int], *, deadline: float) -> dict[int, int]:
+        return {partition: self.ends.get(partition, 0) for partition in partitions}
 
 
 class UndeclaredLog(FakeLog):
@@ -212,26 +214,19 @@ def test_lag_is_end_offset_minus_the_committed_capsule_offset() -> None:
 
 
 @pytest.mark.parametrize("backend", ["memory", "file"])
-def test_undeclared_partitions_are_found_by_listing_events(backend: str, file_url: str) -> None:
+def test_undeclared_partitions_are_found_in_the_index(backend: str, file_url: str) -> None:
     async def main() -> None:
         store = open_store("memory://" if backend == "memory" else file_url)
         clock = SimulatedClock(seed=7)
-        for key in [
-            "events/layout.json",
-            "events/partition=00000/offset=00000000000000000000.json",
-            "events/partition=00005/offset=00000000000000000000.json",
-            "events/partition=00005/offset=00000000000000000030.json",
-            "events/partition=00017/offset=00000000000000000000.json",
-        ]:
-            await store.put(key, b"{}", CREATE)
-        assert await listed_partitions(store, limit=10) == [0, 5, 17]
-        assert await listed_partitions(store, limit=1) == [0, 5]  # limit + 1: "more"
+        await publish_shard(store, 0, {0: (3, 0), 5: (30, 1), 17: (1, 2)}, 3)
+        assert await indexed_partitions(store, limit=10) == [0, 5, 17]
+        assert await indexed_partitions(store, limit=1) == [0, 5]  # limit + 1: "more"
         view = await StatusReader(store, clock, UndeclaredLog).read(timeout_s=30.0)
         rows = [(row["partition"], row["lag"]) for row in view.lag["partitions"]]
         assert rows == [(0, 520), (5, 41), (17, 0)]  # no checkpoint: everything is lag
-        await store.put("events/partition=x/offset=1.json", b"{}", CREATE)
+        await store.put("event-log-ends/shard=00000.json", b"{}", OVERWRITE)
         with pytest.raises(CorruptRecord):
-            await listed_partitions(store, limit=10)
+            await indexed_partitions(store, limit=10)
 
     asyncio.run(main())
 

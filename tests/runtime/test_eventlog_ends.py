@@ -1,7 +1,8 @@
-"""The event log's published ends (runtime/eventlog_ends.py, DC §3.7 "Log ends"): appends
-publish them (concurrent appends sharing writes), a reader that polled them lists only a
-partition that moved, racing producers merge, a log without them (or with bad ones) is listed
-as before, and a restarted producer repairs them. Requests are counted with `CountingStore`."""
+"""The event log's index (runtime/eventlog_ends.py, DC §3.7 "Log ends"): an append is one
+segment and one index write whatever the partitions it holds, a reader that polled the index
+reads only the segments of a partition that moved, racing producers merge, a bad index is
+reported and read as absent, and a restarted producer publishes what its predecessor left
+unpublished. Requests are counted with `CountingStore`."""
 
 from __future__ import annotations
 
@@ -12,13 +13,8 @@ import pytest
 
 from laminar_cluster.clock import RealClock
 from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_batches import encode_batch, event_batch_path
-from laminar_cluster.runtime.eventlog_ends import (
-    ENDS_SHARD_PARTITIONS,
-    ends_path,
-    parse_ends_path,
-    shard_of,
-)
+from laminar_cluster.runtime.eventlog_ends import ENDS_SHARD_PARTITIONS, ends_path, shard_of
+from laminar_cluster.runtime.eventlog_segments import SegmentBatch, encode_segment, segment_path
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 
@@ -57,7 +53,7 @@ class KeyCounting(CountingStore):
 
 
 @BACKENDS
-def test_appends_publish_ends_and_concurrent_appends_share_writes(
+def test_an_append_of_many_partitions_is_one_segment_and_one_index_write(
     backend: str, tmp_path: Path
 ) -> None:
     async def main() -> None:
@@ -68,53 +64,53 @@ def test_appends_publish_ends_and_concurrent_appends_share_writes(
         reader = EventLog(store)
         assert await reader.poll_ends([3], deadline=far()) is True
         assert reader.ends.published_end(3) == 2
-        # 32 partitions appended at once: far fewer ends writes than appends.
-        await asyncio.gather(*(log.append(p, [p], [p], deadline=far()) for p in range(32)))
-        writes = store.by_key[("put", ends_path(0))] - 1
-        assert 1 <= writes < 32
-        assert await reader.poll_ends(range(32), deadline=far()) is True
-        assert [reader.ends.published_end(p) for p in range(32)] == [
-            3 if p == 3 else 1 for p in range(32)
+        store.reset()
+        store.by_key.clear()
+        firsts = await log.append_batches({p: ([p], [p]) for p in range(256)}, deadline=far())
+        assert firsts == {p: 2 if p == 3 else 0 for p in range(256)}
+        puts = sorted(key for (op, key) in store.by_key if op == "put")
+        assert puts == [ends_path(0), segment_path(1)]
+        assert store.requests["put"] == 2
+        assert await reader.poll_ends(range(256), deadline=far()) is True
+        assert [reader.ends.published_end(p) for p in range(256)] == [
+            3 if p == 3 else 1 for p in range(256)
         ]
 
     asyncio.run(main())
 
 
 @BACKENDS
-def test_a_reader_that_polled_the_ends_lists_only_what_moved(backend: str, tmp_path: Path) -> None:
+def test_a_reader_that_polled_the_index_reads_only_what_moved(backend: str, tmp_path: Path) -> None:
     async def main() -> None:
         store = KeyCounting(open_backend(backend, tmp_path))
         writer, reader = EventLog(store), EventLog(store)
-        for partition in (0, 1):
-            await writer.append(partition, [partition], [partition], deadline=far())
+        await writer.append_batches({0: ([0], [0]), 1: ([1], [1])}, deadline=far())
         await reader.poll_ends([0, 1], deadline=far())
-        for partition in (0, 1):  # caught up with what it listed: empty reads
+        for partition in (0, 1):
             assert (await reader.read(partition, 0, 10, deadline=far()))[0] == (partition,)
             assert (await reader.read(partition, 1, 10, deadline=far()))[0] == ()
         store.reset()
         store.by_key.clear()
-        for _ in range(20):  # idle: no listing at all
+        for _ in range(20):  # idle: no request at all
             for partition in (0, 1):
                 assert (await reader.read(partition, 1, 10, deadline=far()))[0] == ()
-        assert store.requests.get("list", 0) == 0
+        assert store.requests == {}
         assert await reader.poll_ends([0, 1], deadline=far()) is False  # one conditional GET
         assert store.requests == {"get": 1}
+        await writer.append(2, [9], [9], deadline=far())  # another partition's segment
         await writer.append(1, [7], [7], deadline=far())
         assert await reader.poll_ends([0, 1], deadline=far()) is True
         store.by_key.clear()
         assert (await reader.read(0, 1, 10, deadline=far()))[0] == ()
         assert (await reader.read(1, 1, 10, deadline=far()))[0] == (7,)
-        # The partition that moved: its next batch got by its key (it starts where the last
-        # ended), no listing at all.
-        assert {key for (op, key) in store.by_key if op == "list"} == set()
-        gets = {key for (op, key) in store.by_key if op == "get"}
-        assert gets == {event_batch_path(1, 1)}
+        # The partition that moved: its last segment, got by the index; nothing else.
+        assert set(store.by_key) == {("get", segment_path(2))}
 
     asyncio.run(main())
 
 
 @BACKENDS
-def test_a_declared_empty_log_is_read_without_listing(backend: str, tmp_path: Path) -> None:
+def test_a_declared_empty_log_is_read_without_a_request(backend: str, tmp_path: Path) -> None:
     """declare_partitions publishes every end (0): a reader of an empty log polls one shard."""
 
     async def main() -> None:
@@ -124,6 +120,7 @@ def test_a_declared_empty_log_is_read_without_listing(backend: str, tmp_path: Pa
         await writer.declare_partitions(64, deadline=far())  # again: no second write
         assert sum(1 for (op, key) in store.by_key if op == "put" and "ends" in key) == 1
         await reader.poll_ends(range(64), deadline=far())
+        assert reader.caught_up(dict.fromkeys(range(64), 0))
         store.by_key.clear()
         for partition in range(64):
             assert (await reader.read(partition, 0, 10, deadline=far()))[0] == ()
@@ -131,9 +128,10 @@ def test_a_declared_empty_log_is_read_without_listing(backend: str, tmp_path: Pa
         await writer.append(5, [1, 2], [3, 4], deadline=far())
         await writer.append(5, [5], [6], deadline=far())
         assert await reader.poll_ends(range(64), deadline=far()) is True
+        assert not reader.caught_up(dict.fromkeys(range(64), 0))
         store.by_key.clear()
         assert (await reader.read(5, 0, 10, deadline=far()))[:2] == ((1, 2, 5), (3, 4, 6))
-        assert {op for (op, _key) in store.by_key} == {"get"}  # two batches by key
+        assert set(store.by_key) == {("get", segment_path(0)), ("get", segment_path(1))}
 
     asyncio.run(main())
 
@@ -159,48 +157,43 @@ def test_racing_producers_merge_their_ends(backend: str, tmp_path: Path) -> None
 
 
 @BACKENDS
-def test_without_or_with_bad_ends_a_reader_lists_as_before(backend: str, tmp_path: Path) -> None:
+def test_a_bad_index_is_reported_and_read_as_absent(
+    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def main() -> None:
         store = open_backend(backend, tmp_path)
-        # A log written before ends were published: batches only.
-        await store.put(event_batch_path(2, 0), encode_batch(2, 0, (5,), (6,)), CREATE)
-        reader = EventLog(store)
-        assert await reader.poll_ends([2], deadline=far()) is True  # absent, now known
-        assert reader.ends.published_end(2) is None
-        assert await reader.read(2, 0, 10, deadline=far()) == ((5,), (6,), 1)
-        await store.put(event_batch_path(2, 1), encode_batch(2, 1, (7,), (8,)), CREATE)
-        assert await reader.read(2, 1, 10, deadline=far()) == ((7,), (8,), 2)
-        # Bad bytes where the ends belong: reported, never trusted, listed instead.
+        await EventLog(store).append(2, [5], [6], deadline=far())
         await store.put(ends_path(0), b"{not ends}", OVERWRITE)
-        other = EventLog(store)
-        await other.poll_ends([2], deadline=far())
-        assert other.ends.published_end(2) is None
-        assert await other.read(2, 0, 10, deadline=far()) == ((5, 7), (6, 8), 2)
+        reader = EventLog(store)
+        await reader.poll_ends([2], deadline=far())
+        assert reader.ends.published_end(2) is None
+        assert await reader.read(2, 0, 10, deadline=far()) == ((), (), 0)
+        assert "event log index unreadable" in caplog.text
 
     asyncio.run(main())
 
 
 @BACKENDS
-def test_a_restarted_producer_repairs_ends_its_predecessor_left_behind(
+def test_a_restarted_producer_publishes_what_its_predecessor_left_unpublished(
     backend: str, tmp_path: Path
 ) -> None:
     async def main() -> None:
         store = open_backend(backend, tmp_path)
         log = EventLog(store)
         await log.append(4, [1], [1], deadline=far())
-        # A producer died after its batch and before its end: the ends say 1, the log has 2.
-        await store.put(event_batch_path(4, 1), encode_batch(4, 1, (2,), (2,)), CREATE)
+        # A producer died after its segment and before its index write: the index says 1.
+        batch = SegmentBatch(partition=4, first_offset=1, previous=0, keys=(2,), values=(2,))
+        await store.put(segment_path(1), encode_segment(1, (batch,)), CREATE)
         reader = EventLog(store)
         await reader.poll_ends([4], deadline=far())
         assert reader.ends.published_end(4) == 1
         restarted = EventLog(store)
-        ends = {4: await restarted.end_offset(4, deadline=far())}
-        await restarted.publish_ends(ends, deadline=far())
+        assert await restarted.recover([4], deadline=far()) == {4: 2}
         assert await reader.poll_ends([4], deadline=far()) is True
         assert reader.ends.published_end(4) == 2
-        await restarted.publish_ends({4: 1}, deadline=far())  # an end never goes back
+        assert await restarted.append(4, [3], [3], deadline=far()) == 2
         await reader.poll_ends([4], deadline=far())
-        assert reader.ends.published_end(4) == 2
+        assert await reader.read(4, 0, 10, deadline=far()) == ((1, 2, 3), (1, 2, 3), 3)
 
     asyncio.run(main())
 
@@ -208,5 +201,4 @@ def test_a_restarted_producer_repairs_ends_its_predecessor_left_behind(
 def test_shards_and_paths() -> None:
     assert shard_of(0) == shard_of(ENDS_SHARD_PARTITIONS - 1) == 0
     assert shard_of(ENDS_SHARD_PARTITIONS) == 1
-    assert parse_ends_path(ends_path(7)) == 7
     assert ends_path(1) == "event-log-ends/shard=00001.json"

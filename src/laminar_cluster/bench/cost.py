@@ -11,8 +11,8 @@ the seeded assignment and a checkpoint committed after that, it measures:
 * **idle**: `--idle-s` seconds with no event appended (the log declared, every partition caught
   up);
 * **busy**: `--busy-s` seconds while a producer in this process appends the deterministic
-  workload (`harness.workload`, seed 15) at `--events-per-s`, one batch to every partition each
-  `--batch-s` seconds, so every vnode's state changes between two checkpoints.
+  workload (`harness.workload`, seed 15) at `--events-per-s`, one segment holding a batch of
+  every partition each `--batch-s` seconds, so every vnode's state changes between two checkpoints.
 
 Each node counts its own requests by purpose and kind (`rebalance.node.stats`) and logs the
 cumulative counters as `requests` events, which cost no request; a phase's counts of a node are
@@ -47,6 +47,7 @@ from laminar_cluster.harness.fleet import Event, NodeFleet, Run
 from laminar_cluster.harness.pipeline_logs import events_of
 from laminar_cluster.harness.workload import Workload, chunks
 from laminar_cluster.runtime.eventlog import EventLog
+from laminar_cluster.runtime.eventlog_segments import SEGMENT_EVENTS_MAX
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 
@@ -56,7 +57,6 @@ STEP_TIMEOUT_S: Final = 60.0
 POLL_S: Final = 0.2
 SEED: Final = 15
 KEYS: Final = 10_000
-APPEND_CONCURRENCY: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +170,26 @@ def _rounds(workload: Workload, per_round: int) -> Iterator[dict[int, tuple[list
         yield batch
 
 
+def _segments(
+    batch: dict[int, tuple[list[int], list[int]]],
+) -> Iterator[dict[int, tuple[list[int], list[int]]]]:
+    """A round's batches as segments of at most SEGMENT_EVENTS_MAX events (normally one)."""
+    segment: dict[int, tuple[list[int], list[int]]] = {}
+    held = 0
+    for partition, (keys, values) in sorted(batch.items()):
+        if segment and held + len(keys) > SEGMENT_EVENTS_MAX:
+            yield segment
+            segment, held = {}, 0
+        segment[partition] = (keys, values)
+        held += len(keys)
+    if segment:
+        yield segment
+
+
 class Producer:
-    """Appends the workload a round every `batch_s`: one batch to each partition that has
-    events in the round (all of them, at the bench's rates), until stopped."""
+    """Appends the workload a round every `batch_s`: one segment holding a batch of each
+    partition that has events in the round (all of them, at the bench's rates), until
+    stopped."""
 
     def __init__(self, store: CountingStore, clock: Clock, plan: CostPlan) -> None:
         self.store, self.clock, self.plan = store, clock, plan
@@ -191,15 +208,6 @@ class Producer:
     async def run(self) -> None:
         plan, clock = self.plan, self.clock
         self.started_s = clock.monotonic()
-        limit = asyncio.Semaphore(APPEND_CONCURRENCY)
-
-        async def append(partition: int, keys: list[int], values: list[int]) -> None:
-            async with limit:
-                deadline = clock.monotonic() + STEP_TIMEOUT_S
-                await self.log.append(partition, keys, values, deadline=deadline)
-            self.events += len(keys)
-            self.batches += 1
-
         for index, batch in enumerate(_rounds(plan.workload(), plan.per_round())):
             try:
                 async with clock.timeout_at(self.started_s + index * plan.batch_s):
@@ -208,9 +216,11 @@ class Producer:
                 pass
             if self._stop.is_set():
                 break
-            async with asyncio.TaskGroup() as group:
-                for partition, (keys, values) in sorted(batch.items()):
-                    group.create_task(append(partition, keys, values))
+            deadline = clock.monotonic() + STEP_TIMEOUT_S
+            for segment in _segments(batch):
+                await self.log.append_batches(segment, deadline=deadline)
+                self.events += sum(len(keys) for keys, _ in segment.values())
+                self.batches += len(segment)
             self.rounds += 1
         self.ended_s = clock.monotonic()
 

@@ -172,7 +172,7 @@ RateOption = Annotated[
     int, option("--events-per-s", min=1, help="Busy phase: events appended per second.")
 ]
 BatchOption = Annotated[
-    float, _positive("--batch-s", "Busy phase: one batch per partition this often, seconds.")
+    float, _positive("--batch-s", "Busy phase: one segment of every partition this often, seconds.")
 ]
 PutPriceOption = Annotated[
     float, option("--put-price", min=0.0, help="Dollars per 1,000 PUT, POST, LIST (and delete).")

@@ -164,8 +164,9 @@ def produce(
     partitions: PartitionsOption = PARTITIONS_DEFAULT,
     keys: KeysOption = KEYS_DEFAULT,
     seed: SeedOption = SEED_DEFAULT,
-    batch_events: Annotated[int, option("--batch-events", help="Events per batch.")] = 5000,
-    concurrency: Annotated[int, option("--concurrency", help="Partitions at once.")] = 32,
+    batch_events: Annotated[
+        int, option("--batch-events", help="Events per partition batch.")
+    ] = 5000,
     timeout_s: Annotated[float, option("--timeout", help="Seconds for it all.")] = 3600.0,
     as_json: JsonOption = False,
     config: ConfigOption = None,
@@ -181,7 +182,6 @@ def produce(
                 store,
                 workload=workload,
                 batch_events=batch_events,
-                concurrency=concurrency,
                 timeout_s=timeout_s,
                 as_json=as_json,
             )

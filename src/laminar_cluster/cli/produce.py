@@ -42,7 +42,6 @@ def run_produce(
     *,
     workload: Workload,
     batch_events: int,
-    concurrency: int,
     timeout_s: float,
     as_json: bool,
 ) -> int:
@@ -70,7 +69,6 @@ def run_produce(
             batch_events=batch_events,
             deadline=started + timeout_s,
             progress=progress,
-            concurrency=concurrency,
         )
         elapsed_s = clock.monotonic() - started
         return {
@@ -138,7 +136,7 @@ async def produced_events(store: ObjectStore, clock: RealClock, deadline: float)
     partitions = await log.partitions(deadline=deadline)
     if partitions is None:
         return None
-    return sum([await log.end_offset(p, deadline=deadline) for p in range(partitions)])
+    return sum((await log.end_offsets(range(partitions), deadline=deadline)).values())
 
 
 def _check(totals: Aggregates, expected: Aggregates) -> dict[str, Any]:

@@ -22,7 +22,6 @@ duplicates; a partition holding more events than the workload gives it is Refuse
 from __future__ import annotations
 
 import array
-import asyncio
 import collections
 import hashlib
 import struct
@@ -33,16 +32,16 @@ from typing import Final
 
 from laminar_cluster.errors import InvalidArgument, Refused
 from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_batches import (
+from laminar_cluster.runtime.eventlog_segments import (
     EVENT_BATCH_EVENTS_MAX,
     EVENT_LOG_PARTITIONS_MAX,
+    SEGMENT_EVENTS_MAX,
 )
 
 CHUNK_EVENTS: Final = 65_536
 WORKLOAD_EVENTS_MAX: Final = 2**40
 WORKLOAD_KEYS_MAX: Final = 2**32
 VALUE_BIAS: Final = 64
-PRODUCE_CONCURRENCY_MAX: Final = 256
 _DOMAIN: Final = b"laminar-cluster workload v1"
 
 Aggregates = dict[int, tuple[int, int]]  # key -> (count, sum)
@@ -132,21 +131,26 @@ async def produce(
     batch_events: int,
     deadline: float,
     progress: Progress | None = None,
-    concurrency: int = 32,
+    segment_events: int = SEGMENT_EVENTS_MAX,
 ) -> ProduceReport:
-    """Append the workload to `log`: each partition's events in order, in batches of
-    `batch_events`, up to `concurrency` partitions at once. Resumes after what each partition
-    already holds; Refused if a partition holds more than the workload gives it."""
+    """Append the workload to `log`: each partition's events in order, in batches of up to
+    `batch_events`, as segments of up to `segment_events` events (one batch per partition
+    each). Resumes after what each partition already holds; Refused if a partition holds more
+    than the workload gives it."""
     if not 1 <= batch_events <= EVENT_BATCH_EVENTS_MAX:
         raise InvalidArgument(
             f"batch of {batch_events} events; allowed 1..={EVENT_BATCH_EVENTS_MAX}"
         )
-    if not 1 <= concurrency <= PRODUCE_CONCURRENCY_MAX:
-        raise InvalidArgument(f"concurrency {concurrency}; allowed 1..={PRODUCE_CONCURRENCY_MAX}")
+    if not batch_events <= segment_events <= SEGMENT_EVENTS_MAX:
+        raise InvalidArgument(
+            f"segments of {segment_events} events; allowed {batch_events} (the batch)..="
+            f"{SEGMENT_EVENTS_MAX}"
+        )
     await log.declare_partitions(workload.partitions, deadline=deadline)
-    skip = await _ends(log, workload.partitions, concurrency, deadline)
-    # A producer that died between a batch and its end publication left the ends behind.
-    await log.publish_ends(dict(enumerate(skip)), deadline=deadline)
+    # A producer that died between a segment and its index left the index behind: recover
+    # finds and publishes what it wrote.
+    ends = await log.recover(range(workload.partitions), deadline=deadline)
+    skip = [ends[partition] for partition in range(workload.partitions)]
     if any(skip):
         for partition, (held, given) in enumerate(
             zip(skip, partition_counts(workload), strict=True)
@@ -156,7 +160,7 @@ async def produce(
                     f"event log partition {partition} holds {held} events; workload seed "
                     f"{workload.seed} gives it {given}"
                 )
-    writer = _Writer(log, workload, batch_events, concurrency, deadline, progress)
+    writer = _Writer(log, workload, (batch_events, segment_events), deadline, progress)
     writer.written = sum(skip)
     pending_keys: list[list[int]] = [[] for _ in range(workload.partitions)]
     pending_values: list[list[int]] = [[] for _ in range(workload.partitions)]
@@ -178,62 +182,42 @@ async def produce(
     )
 
 
-async def _ends(log: EventLog, partitions: int, concurrency: int, deadline: float) -> list[int]:
-    ends = [0] * partitions
-    limit = asyncio.Semaphore(concurrency)
-
-    async def one(partition: int) -> None:
-        async with limit:
-            ends[partition] = await log.end_offset(partition, deadline=deadline)
-
-    async with asyncio.TaskGroup() as group:
-        for partition in range(partitions):
-            group.create_task(one(partition))
-    return ends
-
-
 class _Writer:
-    """Appends the buffered events of each partition, partitions concurrently (bounded)."""
+    """Appends the buffered events as segments: each a batch of up to `batch_events` of as
+    many partitions as fit in `segment_events` events."""
 
     def __init__(
         self,
         log: EventLog,
         workload: Workload,
-        batch_events: int,
-        concurrency: int,
+        sizes: tuple[int, int],  # batch_events, segment_events
         deadline: float,
         progress: Progress | None,
     ) -> None:
-        self.log, self.workload, self.batch_events = log, workload, batch_events
-        self.limit = asyncio.Semaphore(concurrency)
+        self.log, self.workload = log, workload
+        self.batch_events, self.segment_events = sizes
         self.deadline, self.progress = deadline, progress
         self.written = self.appended = self.batches = 0
 
     async def flush(self, keys: list[list[int]], values: list[list[int]], *, final: bool) -> int:
         """Append every full batch (every batch, if `final`); the events left buffered."""
-        async with asyncio.TaskGroup() as group:
+        while True:
+            segment: dict[int, tuple[list[int], list[int]]] = {}
+            held = 0
             for partition in range(self.workload.partitions):
-                whole = (
-                    len(keys[partition])
-                    if final
-                    else (len(keys[partition]) // self.batch_events * self.batch_events)
-                )
-                if whole:
-                    group.create_task(
-                        self._append(partition, keys[partition][:whole], values[partition][:whole])
-                    )
-                    del keys[partition][:whole], values[partition][:whole]
-        return sum(len(partition_keys) for partition_keys in keys)
-
-    async def _append(self, partition: int, keys: list[int], values: list[int]) -> None:
-        async with self.limit:
-            for start in range(0, len(keys), self.batch_events):
-                stop = start + self.batch_events
-                await self.log.append(
-                    partition, keys[start:stop], values[start:stop], deadline=self.deadline
-                )
-                self.written += len(keys[start:stop])
-                self.appended += len(keys[start:stop])
-                self.batches += 1
-                if self.progress is not None:
-                    self.progress(self.written, self.workload.events)
+                take = min(len(keys[partition]), self.batch_events)
+                if take == 0 or (take < self.batch_events and not final):
+                    continue
+                if held + take > self.segment_events:
+                    break
+                segment[partition] = (keys[partition][:take], values[partition][:take])
+                del keys[partition][:take], values[partition][:take]
+                held += take
+            if not segment:
+                return sum(len(partition_keys) for partition_keys in keys)
+            await self.log.append_batches(segment, deadline=self.deadline)
+            self.written += held
+            self.appended += held
+            self.batches += len(segment)
+            if self.progress is not None:
+                self.progress(self.written, self.workload.events)

@@ -65,7 +65,7 @@ from laminar_cluster.views.status_lag import (
     EndOffsets,
     EventLogOpener,
     event_log_opener,
-    listed_partitions,
+    indexed_partitions,
     source_lag,
 )
 
@@ -78,7 +78,7 @@ __all__ = [
     "StatusReader",
     "StatusView",
     "event_log_opener",
-    "listed_partitions",
+    "indexed_partitions",
     "status_once",
 ]
 

@@ -1,27 +1,21 @@
 """Source lag for `laminar-cluster status`: per event-log partition, the log's end offset minus
 the committed offset in the last committed checkpoint's capsule (`source_offsets`, 0 when the
 capsule has none); unknown without an event log. Partitions are the declared ones, else those
-holding a batch under `events/` (one single-key LIST per partition)."""
+with an end in the log's index (`event-log-ends/`, one GET per 1,024 partitions)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from laminar_cluster.checkpoint.records import ClusterRecoveryCapsule
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_batches import (
-    EVENT_LOG_PARTITIONS_MAX,
-    EVENTS_PREFIX,
-    partition_prefix,
-)
+from laminar_cluster.runtime.eventlog_ends import ENDS_SHARD_PARTITIONS, published_in, read_shard
+from laminar_cluster.runtime.eventlog_segments import EVENT_LOG_PARTITIONS_MAX
 from laminar_cluster.store import ObjectStore
 
 LAG_UNKNOWN_NOTE: Final = "source lag unknown: this reader has no event log"
-PARTITIONS_PREFIX: Final = f"{EVENTS_PREFIX}partition="  # the start of every `partition_prefix`
-PAST_PARTITION_KEYS: Final = "~"  # sorts after every `offset=...` name inside a partition
 LAG_PARTITIONS_LISTED_MAX: Final = 4_096
 
 
@@ -31,7 +25,9 @@ class EndOffsets(Protocol):
 
     async def partitions(self, *, deadline: float) -> int | None: ...
 
-    async def end_offset(self, partition: int, *, deadline: float) -> int: ...
+    async def end_offsets(
+        self, partitions: Sequence[int], *, deadline: float
+    ) -> dict[int, int]: ...
 
 
 EventLogOpener = Callable[[ObjectStore], EndOffsets]
@@ -49,8 +45,10 @@ async def source_lag(
         return {"known": False, "total": None, "partitions": [], "note": LAG_UNKNOWN_NOTE}
     committed = {} if capsule is None else capsule.source_offsets
     rows = []
-    for partition in await _partitions(store, log, notes, deadline):
-        end = await log.end_offset(partition, deadline=deadline)
+    partitions = await _partitions(store, log, notes, deadline)
+    ends = await log.end_offsets(partitions, deadline=deadline)
+    for partition in partitions:
+        end = ends[partition]
         done = committed.get(str(partition), 0)
         rows.append(
             {
@@ -71,34 +69,33 @@ async def source_lag(
 async def _partitions(
     store: ObjectStore, log: EndOffsets, notes: list[str], deadline: float
 ) -> list[int]:
-    """The declared partitions, else those with a batch under `events/`."""
+    """The declared partitions, else those with an end in the index."""
     declared = await log.partitions(deadline=deadline)
     if declared is not None:
         return list(range(declared))
-    listed = await listed_partitions(store, limit=LAG_PARTITIONS_LISTED_MAX)
-    if len(listed) > LAG_PARTITIONS_LISTED_MAX:
-        notes.append(f"source lag covers the first {LAG_PARTITIONS_LISTED_MAX} partitions listed")
-    return listed[:LAG_PARTITIONS_LISTED_MAX]
+    indexed = await indexed_partitions(store, limit=LAG_PARTITIONS_LISTED_MAX)
+    if len(indexed) > LAG_PARTITIONS_LISTED_MAX:
+        notes.append(f"source lag covers the first {LAG_PARTITIONS_LISTED_MAX} partitions indexed")
+    return indexed[:LAG_PARTITIONS_LISTED_MAX]
 
 
-async def listed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
-    """The partitions holding at least one batch, ascending, at most `limit` + 1 of them: one
-    single-key LIST per partition, each starting after the previous partition's keys."""
+async def indexed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
+    """The partitions with an end in the index, ascending, at most `limit` + 1 of them: the
+    shards in order, until one is absent (CorruptRecord for one that does not decode)."""
     found: list[int] = []
-    after: str | None = None
-    for _ in range(limit + 1):
-        metas = await store.list(PARTITIONS_PREFIX, offset=after, limit=1)
-        if not metas:
+    for shard in range(EVENT_LOG_PARTITIONS_MAX // ENDS_SHARD_PARTITIONS):
+        record, _ = await read_shard(store, shard)
+        if record is None:
             break
-        key = metas[0].key
-        digits = key[len(PARTITIONS_PREFIX) :].split("/", 1)[0]
-        partition = int(digits) if digits.isdigit() else -1
-        canonical = 0 <= partition < EVENT_LOG_PARTITIONS_MAX  # then the prefix re-formats
-        if not canonical or not key.startswith(partition_prefix(partition)):
-            raise CorruptRecord(f"{key}: not under an event log partition", key=key)
-        found.append(partition)
-        after = partition_prefix(partition) + PAST_PARTITION_KEYS
-    return found
+        base = shard * ENDS_SHARD_PARTITIONS
+        found.extend(
+            base + index
+            for index in range(len(record.ends))
+            if published_in(record, base + index)[0] > 0
+        )
+        if len(found) > limit:
+            break
+    return found[: limit + 1]
 
 
 def event_log_opener(clock: Clock) -> EventLogOpener:
