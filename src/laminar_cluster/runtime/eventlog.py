@@ -22,9 +22,14 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 from laminar_cluster.clock import Clock, RealClock, retry_until, within_deadline
-from laminar_cluster.errors import ObjectNotFound, Refused
+from laminar_cluster.errors import Refused
 from laminar_cluster.runtime.eventlog_ends import EndsView, publish_shard, shard_of
-from laminar_cluster.runtime.eventlog_reader import Events, PartitionCursor, SegmentReader
+from laminar_cluster.runtime.eventlog_reader import (
+    Events,
+    PartitionCursor,
+    SegmentReader,
+    get_or_none,
+)
 from laminar_cluster.runtime.eventlog_segments import (
     LAYOUT_PATH,
     check_partition,
@@ -175,13 +180,5 @@ class EventLog:
         """The declared partition count, or None if no producer declared one; Refused for a
         log of layout 1."""
         async with within_deadline(self.clock, deadline, f"read {LAYOUT_PATH}"):
-            try:
-                got = await retry_until(
-                    lambda: self.store.get(LAYOUT_PATH),
-                    what=f"get {LAYOUT_PATH}",
-                    clock=self.clock,
-                    deadline=deadline,
-                )
-            except ObjectNotFound:
-                return None
-        return decode_layout(got.body)
+            got = await get_or_none(self.store, LAYOUT_PATH, clock=self.clock, deadline=deadline)
+        return None if got is None else decode_layout(got.body)

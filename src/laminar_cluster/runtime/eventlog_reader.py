@@ -36,7 +36,7 @@ from laminar_cluster.runtime.eventlog_segments import (
     decode_segment,
     segment_path,
 )
-from laminar_cluster.store import ObjectStore
+from laminar_cluster.store import GetResult, ObjectStore
 
 SEGMENT_CACHE_EVENTS_MAX: Final = 1_048_576
 CHAIN_WALK_MAX: Final = 10**9  # bounds a walk; a partition of more batches is refused
@@ -78,14 +78,8 @@ class SegmentReader:
 
     async def _load(self, seq: int, deadline: float) -> Segment | None:
         path = segment_path(seq)
-        try:
-            got = await retry_until(
-                lambda: self._store.get(path),
-                what=f"get {path}",
-                clock=self._clock,
-                deadline=deadline,
-            )
-        except ObjectNotFound:
+        got = await get_or_none(self._store, path, clock=self._clock, deadline=deadline)
+        if got is None:
             return None
         if not got.complete:
             raise CorruptRecord(f"{path}: read {len(got.body)} of {got.meta.size} bytes", key=path)
@@ -242,6 +236,19 @@ class PartitionCursor:
         return CorruptRecord(
             f"{path}: partition {self.partition}'s batch at offset {link.first} {what}", key=path
         )
+
+
+async def get_or_none(
+    store: ObjectStore, path: str, *, clock: Clock, deadline: float
+) -> GetResult | None:
+    """The object at `path`, None when there is none; StoreUnavailable is retried until
+    `deadline` (a read is always safe to repeat)."""
+    try:
+        return await retry_until(
+            lambda: store.get(path), what=f"get {path}", clock=clock, deadline=deadline
+        )
+    except ObjectNotFound:
+        return None
 
 
 def _joined(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
