@@ -18,12 +18,11 @@ reads are retried on StoreUnavailable within it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 from laminar_cluster.clock import Clock, RealClock, retry_until, within_deadline
 from laminar_cluster.errors import Refused
-from laminar_cluster.runtime.eventlog_ends import EndsView, publish_shard, shard_of
+from laminar_cluster.runtime.eventlog_ends import EndsView
 from laminar_cluster.runtime.eventlog_reader import (
     Events,
     PartitionCursor,
@@ -114,12 +113,7 @@ class EventLog:
         it changed. From then on reads trust what the polls say (`EndsView.polled`)."""
         self.ends.polled = True
         async with within_deadline(self.clock, deadline, "poll event log ends"):
-            return await retry_until(
-                functools.partial(self.ends.poll, tuple(partitions)),
-                what="poll event log ends",
-                clock=self.clock,
-                deadline=deadline,
-            )
+            return await self.ends.poll_within(partitions, clock=self.clock, deadline=deadline)
 
     async def read(
         self, partition: int, offset: int, max_events: int, *, deadline: float
@@ -139,12 +133,7 @@ class EventLog:
         for partition in partitions:
             check_partition(partition)
         async with within_deadline(self.clock, deadline, "read the event log's ends"):
-            await retry_until(
-                functools.partial(self.ends.poll, tuple(partitions)),
-                what="read the event log's ends",
-                clock=self.clock,
-                deadline=deadline,
-            )
+            await self.ends.poll_within(partitions, clock=self.clock, deadline=deadline)
         return {partition: self.ends.published(partition)[0] for partition in partitions}
 
     async def declare_partitions(self, partitions: int, *, deadline: float) -> None:
@@ -166,15 +155,7 @@ class EventLog:
                     )
             # Every partition's end in the index (0 until appended): consumers of an empty
             # log see it caught up (DC-21) without reading anything else.
-            zeros = dict.fromkeys(range(partitions), (0, -1))
-            for shard in sorted({shard_of(p) for p in zeros}):
-                here = {p: v for p, v in zeros.items() if shard_of(p) == shard}
-                await retry_until(
-                    functools.partial(publish_shard, caching(self.store), shard, here, 0),
-                    what=f"publish event log index shard {shard}",
-                    clock=self.clock,
-                    deadline=deadline,
-                )
+            await self._writer.publish_empty(partitions, deadline=deadline)
 
     async def partitions(self, *, deadline: float) -> int | None:
         """The declared partition count, or None if no producer declared one; Refused for a

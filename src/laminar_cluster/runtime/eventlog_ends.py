@@ -31,6 +31,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
+from laminar_cluster.clock import Clock, retry_until
 from laminar_cluster.codec import I64, U32, U64, Record, decode, encode_checked
 from laminar_cluster.errors import (
     CorruptRecord,
@@ -157,6 +158,17 @@ class EndsView:
         """The end the shard last read says, or None when it was never read or is absent."""
         record = self._shards.get(shard_of(partition))
         return None if record is None else published_in(record, partition)[0]
+
+    async def poll_within(
+        self, partitions: Iterable[int], *, clock: Clock, deadline: float
+    ) -> bool:
+        """`poll`, retried on StoreUnavailable until `deadline` (a read is safe to repeat)."""
+        return await retry_until(
+            functools.partial(self.poll, tuple(partitions)),
+            what="read the event log's index",
+            clock=clock,
+            deadline=deadline,
+        )
 
     async def poll(self, partitions: Iterable[int]) -> bool:
         """Read the shards of `partitions` (a conditional GET each); whether any changed."""

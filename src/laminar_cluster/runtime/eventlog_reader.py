@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import functools
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -122,11 +121,6 @@ class PartitionCursor:
     def linked_end(self) -> int:
         return self.chain[-1].end if self.chain else 0
 
-    async def end(self, *, deadline: float) -> int:
-        """The partition's end as the index says now (one conditional GET)."""
-        await self._poll(deadline)
-        return self.ends.published(self.partition)[0]
-
     async def read(self, offset: int, max_events: int, *, deadline: float) -> Events:
         """Up to `max_events` events from `offset`, and the offset after them."""
         if offset < 0 or max_events < 1:
@@ -160,7 +154,7 @@ class PartitionCursor:
         if offset < self.linked_end:
             return
         if not self.ends.polled or not self.ends.known(self.partition):
-            await self._poll(deadline)
+            await self.ends.poll_within([self.partition], clock=self.clock, deadline=deadline)
         end, last = self.ends.published(self.partition)
         if end > self.linked_end:
             await self._link_forward(end, last, offset, deadline)
@@ -170,14 +164,6 @@ class PartitionCursor:
                 f"{self.linked_end}",
                 key=None,
             )
-
-    async def _poll(self, deadline: float) -> None:
-        await retry_until(
-            functools.partial(self.ends.poll, (self.partition,)),
-            what="poll event log ends",
-            clock=self.clock,
-            deadline=deadline,
-        )
 
     async def _link_forward(self, end: int, last: int, offset: int, deadline: float) -> None:
         """Walk back from the index's last batch to the chain's end (or to `offset`)."""

@@ -89,6 +89,8 @@ class SegmentWriter:
         """Load and repair the index of `partitions` (publishing what a dead producer left
         unpublished); each one's end."""
         wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
         async with self._lock:
             state = await self._ready(wanted, deadline)
             await self._publish(state, deadline)
@@ -191,13 +193,25 @@ class SegmentWriter:
             await self._ready([shard * ENDS_SHARD_PARTITIONS for shard in unloaded], deadline)
         for shard in sorted(state.dirty):
             published = {p: known for p, known in state.known.items() if shard_of(p) == shard}
-            await retry_until(
-                functools.partial(publish_shard, self._store, shard, published, state.next_seq),
-                what=f"publish event log index shard {shard}",
-                clock=self._clock,
-                deadline=deadline,
-            )
+            await self._publish_shard(shard, published, state.next_seq, deadline)
             state.dirty.discard(shard)
+
+    async def publish_empty(self, partitions: int, *, deadline: float) -> None:
+        """Put partitions 0..<`partitions` in the index with end 0 where they are not yet."""
+        zeros: dict[int, Published] = dict.fromkeys(range(partitions), (0, -1))
+        for shard in sorted({shard_of(partition) for partition in zeros}):
+            here = {p: value for p, value in zeros.items() if shard_of(p) == shard}
+            await self._publish_shard(shard, here, 0, deadline)
+
+    async def _publish_shard(
+        self, shard: int, published: Mapping[int, Published], segments: int, deadline: float
+    ) -> None:
+        await retry_until(
+            functools.partial(publish_shard, self._store, shard, published, segments),
+            what=f"publish event log index shard {shard}",
+            clock=self._clock,
+            deadline=deadline,
+        )
 
 
 async def create_settled(store: ObjectStore, path: str, body: bytes) -> Resolution:
