@@ -13,9 +13,11 @@ import pytest
 
 from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.coordinator import leader as leader_module
-from laminar_cluster.coordinator.participant import InDoubt, Resolved
+from laminar_cluster.coordinator.participant import CheckpointParticipant, InDoubt, Resolved
 from laminar_cluster.coordinator.paths import POINTER_PATH
 from laminar_cluster.coordinator.pointer import (
+    HURRY_FAST_POLLS,
+    HURRY_INTERVALS,
     QUIET_MAX_S,
     WINDOW_FAST_POLLS_MAX,
     PointerReader,
@@ -23,6 +25,7 @@ from laminar_cluster.coordinator.pointer import (
 )
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.lease.records import AssignmentDrainTransition
 from laminar_cluster.store import OVERWRITE, open_store
 from laminar_cluster.store.counting import CountingStore
 from tests.coordinator.support import make_cluster, point_at_verdict, write_prepare
@@ -43,7 +46,13 @@ def test_dc18_every_wait_is_at_most_quiet_and_fast_around_the_expected_prepare()
     assert schedule.next_delay(14.0) == pytest.approx(0.8)  # lands at the window's start
     assert schedule.next_delay(14.85) == 0.05  # the window: due -+ 0.2 s
     assert schedule.next_delay(15.15) == 0.05
-    late = [schedule.next_delay(15.3) for _ in range(7)]  # late: back off again, to quiet
+    # Late: a leader puts off a periodic checkpoint it cannot start by one interval, so it is
+    # expected once more, one period later (quiet until that window), and only then given up.
+    assert schedule.next_delay(15.3) == 1.0
+    assert schedule.next_delay(19.5) == pytest.approx(0.3)
+    assert schedule.next_delay(19.85) == 0.05  # the second window: 20 -+ 0.2 s
+    assert schedule.next_delay(20.15) == 0.05
+    late = [schedule.next_delay(20.3) for _ in range(7)]  # late again: back off, to quiet
     assert late == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     schedule.prepare_seen(16.0)  # the period learnt: 6 s (never below the interval)
     schedule.settled()
@@ -74,6 +83,23 @@ def test_dc18_the_leaders_hint_sets_the_window_without_a_learnt_period() -> None
     schedule.prepare_seen(12.05)  # the prepare came: the hint is spent
     schedule.settled()
     assert schedule.next_delay(12.5) == 1.0  # learnt anchor: 12.05 + 5
+
+
+def test_dc18_after_a_cluster_change_every_wait_is_short_for_two_intervals() -> None:
+    """A pre-rotation prepare or a new leader's first is announced by no pointer; it follows a
+    membership change or a new fence, which every node sees: for two intervals after `hurry`
+    each wait is at most `HURRY_FAST_POLLS` fast polls, then the schedule is quiet again."""
+    schedule = PollSchedule.for_interval(0.05, 4.0)
+    schedule.prepare_seen(0.0)
+    schedule.settled()
+    assert _polls(schedule, 0.5, 3.0)[0] == pytest.approx(1.0)  # quiet, before the window
+    schedule.hurry(10.0)
+    hurried = _polls(schedule, 10.0, 10.0 + HURRY_INTERVALS * 4.0)
+    assert max(hurried) <= HURRY_FAST_POLLS * 0.05
+    assert _polls(schedule, 18.1, 30.0)[-5:] == [1.0] * 5  # two intervals later: quiet again
+    unknown = PollSchedule.for_interval(0.05, None)  # no interval: every poll fast anyway
+    unknown.hurry(0.0)
+    assert set(_polls(unknown, 0.0, 5.0)) == {0.05}
 
 
 def test_dc18_the_verdict_pointer_carries_the_next_periodic_prepare(url: str) -> None:
@@ -107,7 +133,8 @@ def _polls(schedule: PollSchedule, start_s: float, end_s: float) -> list[float]:
 
 def test_dc21_skipped_checkpoints_never_make_the_pointer_poll_faster() -> None:
     """DC-21 with DC-18: while the leader skips its checkpoints no prepare comes; after the
-    one fast window around the expected prepare the schedule backs off to `quiet_s` and stays
+    fast window around the expected prepare, and one more a period later (where a put-off
+    periodic prepare would come), the schedule backs off to `quiet_s` and stays
     there for the whole quiet stretch, and the long period it then learns from the next prepare
     only ever spaces the polls out (each wait is still at most `quiet_s`)."""
     for hinted in (False, True):
@@ -122,7 +149,7 @@ def _quiet_stretch(hinted: bool) -> None:
         schedule.expect(10.0)
     waits = _polls(schedule, 0.0, 600.0)
     fast = [w for w in waits if w < schedule.quiet_s]
-    assert len(fast) <= 2 * WINDOW_FAST_POLLS_MAX + 8  # one window, then back off once
+    assert len(fast) <= 2 * (2 * WINDOW_FAST_POLLS_MAX + 1) + 8  # two windows, one back-off
     assert len(waits) <= 600.0 / schedule.quiet_s + len(fast) + 1
     assert waits[-50:] == [schedule.quiet_s] * 50  # a long quiet stretch polls at quiet_s
     schedule.prepare_seen(600.0)  # a busy participant: the leader checkpoints again
@@ -241,5 +268,76 @@ def test_dc18_the_leaders_own_participant_is_woken_by_its_pointer_writes(url: st
             took_s = cluster.clock.monotonic() - started
         assert result.success, result.error
         assert took_s < 5.0, took_s
+
+    asyncio.run(main())
+
+
+def test_dc18_a_participant_hurries_when_its_fence_or_the_membership_changes(url: str) -> None:
+    """The participant notes the running fence and the membership view's version at every poll:
+    its start and each change of either hurry the schedule (DC-18); nothing else does."""
+
+    async def main() -> None:
+        cluster = await make_cluster(url, owners=(1, 1, 1, 1))
+        host = cluster.host(1)
+        store, _, authority = cluster.client()
+        version = [1]
+        participant = CheckpointParticipant(
+            store,
+            cluster.clock,
+            authority,
+            host,
+            0.05,
+            interval_s=4.0,
+            members_version=lambda: version[0],
+        )
+        hurries: list[float] = []
+        participant.schedule.hurry = hurries.append  # type: ignore[method-assign]
+        await participant.step()  # the start: nothing seen before
+        await participant.step()
+        assert len(hurries) == 1
+        version[0] = 2  # a membership change
+        await participant.step()
+        await participant.step()
+        assert len(hurries) == 2
+        host.fence = None  # a new fence (here: none running)
+        await participant.step()
+        assert len(hurries) == 3
+
+    asyncio.run(main())
+
+
+def test_dc18_only_a_periodic_prepare_on_the_announced_time_teaches_the_first_wait(
+    url: str,
+) -> None:
+    """The leader tells its collector to learn only from a prepare participants expected: a
+    periodic one within a few polls of the time its last verdict pointer named. The hint is
+    spent by the next prepare; a pre-rotation one, a late one or one without a hint (a new
+    leader's first) is not expected; a leader without hints learns from every prepare."""
+
+    async def main() -> None:
+        cluster = await make_cluster(url, owners=(1, 1, 1, 1))
+        participant = cluster.participant(cluster.host(1))
+        leader = cluster.leader
+        clock = cluster.clock
+        assert leader._announced(None)  # no `next_prepare`: every prepare counts
+        leader._next_prepare = lambda: clock.monotonic() + 30.0
+        assert not leader._announced(None)  # no verdict pointer written yet
+        async with cluster.running([participant]):
+            result = await leader(cluster.fence, None, deadline=cluster.deadline(10.0))
+        assert result.success, result.error
+        assert leader._hinted_s is not None  # the verdict pointer named the next prepare
+        assert leader._hinted_s - clock.monotonic() == pytest.approx(30.0, abs=1.0)
+        transition = AssignmentDrainTransition(
+            predecessor=cluster.fence, target=cluster.fence, leader=cluster.proof
+        )
+        for hinted_s, drain, expected in [
+            (clock.monotonic(), None, True),
+            (clock.monotonic(), transition, False),  # pre-rotation
+            (clock.monotonic() - 1.0, None, False),  # late
+            (clock.monotonic() + 1.0, None, False),  # early
+        ]:
+            leader._hinted_s = hinted_s
+            assert leader._announced(drain) is expected
+            assert not leader._announced(None)  # spent
 
     asyncio.run(main())

@@ -2,9 +2,10 @@
 (docs/protocols/distributed-checkpoint.md, leader steps L5-L6; DC-3, DC-5, DC-16, DC-19).
 
 Each poll is one listing of `manifest/`, after a wait that starts at `first_wait_s` (a fraction of
-the shortest of the last `LEARNED_COLLECTIONS` complete collections, so a steady cluster is usually
-found complete at the first or second poll, and one slow collection, say the first after a rotation,
-does not delay the next few) and then backs off from `poll_s`, doubling up to `BACKOFF_MAX_S`. A
+the shortest of the last `LEARNED_COLLECTIONS` complete collections of prepares the participants
+expected, so a steady cluster is usually found complete at the first or second poll, and a prepare
+they noticed late, say a new leader's first or a pre-rotation one, does not delay the next few:
+DC-18) and then backs off from `poll_s`, doubling up to `BACKOFF_MAX_S`. A
 manifest of a fence participant not yet sealed is read and verified at once: its participant is
 exactly the fence's (node and boot), it answers exactly this attempt's prepare (by SHA-256), its
 slices cover exactly the vnodes the owner map gives that node and are well formed, and each
@@ -231,8 +232,11 @@ class AckCollector:
         previous: CheckpointOutcome | None,
         *,
         until: float,
+        learn: bool = True,
     ) -> Collection:
-        """`collect_acks` for the prepare whose bytes are `body`, `previous` the last Commit."""
+        """`collect_acks` for the prepare whose bytes are `body`, `previous` the last Commit.
+        `learn`: a complete collection teaches the first wait (False for a prepare participants
+        did not expect, which they notice later: DC-18)."""
         started_s = self.clock.monotonic()
 
         async def baseline() -> CommittedSlices | None:
@@ -248,7 +252,7 @@ class AckCollector:
             until=until,
             lost=self.lost,
         )
-        if not collection.missing(prepare.fence):
+        if learn and not collection.missing(prepare.fence):
             self._collect_s.append(self.clock.monotonic() - started_s)
         return collection
 

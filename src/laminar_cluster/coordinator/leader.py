@@ -45,6 +45,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from laminar_cluster.authority.cluster_outcomes import (
     highest_cluster_committed_outcome,
@@ -96,6 +97,10 @@ from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)
+
+# A periodic prepare this close (in poll_s) to the time the last verdict pointer named was
+# expected: participants poll fast around it (DC-18), so its collection teaches the first wait.
+ANNOUNCED_TOLERANCE_POLLS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,7 @@ class ClusterCheckpointer:
         self.last: CheckpointStats | None = None
         self._pointed = pointed
         self._next_prepare = next_prepare
+        self._hinted_s: float | None = None  # the due the last verdict pointer named (DC-18)
         self.quiet_basis: QuietBasis | None = None  # DC-21: the last call's periodic Commit
         self._lock = asyncio.Lock()
         self._unsettled: _Unsettled | None = None
@@ -212,11 +218,17 @@ class ClusterCheckpointer:
         )
         self._unsettled = _Unsettled(attempt, fence, proof)  # a failed create may still land
         body = await self._create_prepare(prepare)
+        announced = self._announced(transition)
         await self._point(prepare, None)  # DC-18
         self._recorded = None
         marks.append(self.clock.monotonic())
         collection = await self.collector.collect(
-            prepare, owners, body, previous, until=self._collection_deadline(deadline)
+            prepare,
+            owners,
+            body,
+            previous,
+            until=self._collection_deadline(deadline),
+            learn=announced,
         )
         marks.append(self.clock.monotonic())
         result = await self._decide(prepare, collection, previous, deadline=deadline)
@@ -267,10 +279,24 @@ class ClusterCheckpointer:
             artifact_floor=None if floor is None else floor.artifact_before_epoch,
         )
 
+    def _announced(self, transition: AssignmentDrainTransition | None) -> bool:
+        """Did the participants expect this prepare (DC-18)? A periodic one within a few polls
+        of the time the last verdict pointer named; without hints (`next_prepare` None), every
+        prepare counts as expected."""
+        if self._next_prepare is None:
+            return True
+        hinted_s, self._hinted_s = self._hinted_s, None
+        if transition is not None or hinted_s is None:
+            return False
+        return abs(self.clock.monotonic() - hinted_s) <= ANNOUNCED_TOLERANCE_POLLS * self.poll_s
+
     async def _point(self, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None) -> None:
         """DC-18: the pointer shows the prepare (and its verdict); best effort, a hint."""
+        next_in_ms = self._next_in_ms(verdict)
         try:
-            await write_pointer(self.store, prepare, verdict, self._next_in_ms(verdict))
+            await write_pointer(self.store, prepare, verdict, next_in_ms)
+            if next_in_ms is not None:
+                self._hinted_s = self.clock.monotonic() + next_in_ms / 1000
         except LaminarError as error:
             logger.warning(
                 "checkpoint %d: the pointer was not written: %s", prepare.attempt.epoch, error

@@ -112,7 +112,9 @@ class _Pending:
 class CheckpointParticipant:
     """Answers the prepares of the fence its host runs (module docstring). `interval_s` is the
     configured checkpoint interval: the pointer is polled around the expected prepares and
-    quietly in between (`pointer.PollSchedule`); None polls it every `poll_s`."""
+    quietly in between (`pointer.PollSchedule`); None polls it every `poll_s`.
+    `members_version`: the node's membership view version; a change of it or of the running
+    fence makes the pointer polls short for a while (`PollSchedule.hurry`, DC-18)."""
 
     def __init__(
         self,
@@ -126,6 +128,7 @@ class CheckpointParticipant:
         prepare_timeout_s: float = 10.0,
         decision_timeout_s: float = 30.0,
         on_engine_bug: Callable[[], None] | None = None,
+        members_version: Callable[[], int] | None = None,
     ) -> None:
         if poll_s <= 0 or prepare_timeout_s <= 0 or decision_timeout_s <= 0:
             raise InvalidArgument("poll_s and the timeouts must be > 0")
@@ -145,6 +148,8 @@ class CheckpointParticipant:
         self.schedule = PollSchedule.for_interval(poll_s, interval_s)
         self._woken = asyncio.Event()  # `wake`: poll now
         self._on_engine_bug = on_engine_bug
+        self._members_version = members_version
+        self._cluster_seen: object = None  # the running fence and membership version last seen
         self._scanned = False
         self._newest: CheckpointPrepare | None = None  # the newest prepare the pointer showed
         self._fresh = False  # `_newest` was first shown in this step
@@ -209,6 +214,7 @@ class CheckpointParticipant:
     async def _discover(self) -> None:
         """One pointer poll: a newer prepare becomes `_newest` (fresh)."""
         self._fresh = False
+        self._note_cluster()
         if not await self.pointer.poll():
             return
         pointer = self.pointer.last
@@ -223,6 +229,14 @@ class CheckpointParticipant:
             self.schedule.settled()
         if self._verdict_hint() is not None and pointer.next_in_ms is not None:
             self.schedule.expect(self.clock.monotonic() + pointer.next_in_ms / 1000)
+
+    def _note_cluster(self) -> None:
+        """A new running fence or membership version (or our start): hurry the polls (DC-18)."""
+        version = None if self._members_version is None else self._members_version()
+        seen = (self.host.running_fence(), version)
+        if seen != self._cluster_seen:
+            self._cluster_seen = seen
+            self.schedule.hurry(self.clock.monotonic())
 
     def _verdict_hint(self) -> CheckpointVerdict | None:
         """The pointer's verdict for `_newest` (None: none shown)."""

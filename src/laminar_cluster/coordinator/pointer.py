@@ -14,9 +14,13 @@ later notice; a foreign or corrupt pointer is reported and skipped.
 the pointer is unchanged). `PollSchedule` decides when: after a change, `fast_s` doubling up to
 `quiet_s` while nothing changes; once the newest attempt is decided, quiet (at most `quiet_s`
 apart) until shortly before the next periodic prepare is due (the last periodic prepare seen
-plus the expected period; a pre-rotation prepare, with a drain transition, moves neither),
-`fast_s` around that time, then back off again. Every wait is at most `quiet_s`: that is
-the bound on the time to notice any prepare (plus one request).
+plus the expected period, or the time the leader's verdict pointer names; a pre-rotation
+prepare, with a drain transition, moves neither), `fast_s` around that time; if it is late, once
+more one period later (a leader puts off a periodic checkpoint it cannot start by an interval),
+then back off again. For two intervals after this node sees the cluster change (a membership
+change, a new fence: what precedes a pre-rotation prepare or a new leader's first, which no pointer
+announces), every wait is at most four fast polls. Every wait is at most `quiet_s`: that is the
+bound on the time to notice any prepare (plus one request).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ QUIET_INTERVAL_FRACTION: Final = 0.25  # quiet_s = interval / 4, within [fast_s,
 WINDOW_PERIOD_FRACTION: Final = 0.1
 WINDOW_FAST_POLLS_MIN: Final = 2
 WINDOW_FAST_POLLS_MAX: Final = 4
+# After a cluster change (`hurry`): every wait at most 4 fast polls, for two intervals
+HURRY_FAST_POLLS: Final = 4
+HURRY_INTERVALS: Final = 2
 
 
 async def write_pointer(
@@ -109,6 +116,8 @@ class PollSchedule:
     _expected_s: float | None = None  # when the leader said its next periodic prepare is due
     _busy: bool = True  # a prepare without a known verdict (or nothing seen yet)
     _backoff_s: float = 0.0
+    _rolled: bool = False  # the expected prepare was late once: expected one period later
+    _hurry_until_s: float = float("-inf")  # `hurry`: short waits until then
 
     def __post_init__(self) -> None:
         if not 0 < self.fast_s <= self.quiet_s:
@@ -137,6 +146,7 @@ class PollSchedule:
                 self.period_s = max(observed_s, self.interval_s or 0.0)
             self._prepare_seen_s = now_s
         self._expected_s = None
+        self._rolled = False
         self._busy = True
         self._backoff_s = self.fast_s
 
@@ -150,6 +160,7 @@ class PollSchedule:
         """The leader's hint (the verdict pointer's `next_in_ms`): its next periodic prepare is
         due at `due_s` on our clock. It replaces the learnt anchor until the next prepare."""
         self._expected_s = due_s
+        self._rolled = False
 
     def _due(self) -> float | None:
         if self._expected_s is not None:
@@ -157,15 +168,37 @@ class PollSchedule:
         seen_s, period_s = self._prepare_seen_s, self.period_s
         return None if seen_s is None or period_s is None else seen_s + period_s
 
+    def _window_s(self) -> float:
+        """Half the fast window around the expected prepare."""
+        period_s = self.period_s or 0.0
+        return self.fast_s * max(
+            WINDOW_FAST_POLLS_MIN,
+            min(period_s * WINDOW_PERIOD_FRACTION / self.fast_s, WINDOW_FAST_POLLS_MAX),
+        )
+
+    def hurry(self, now_s: float) -> None:
+        """The cluster changed (this node saw a membership change or a new fence): a
+        pre-rotation prepare or a new leader's first, which no pointer announces, may follow, so
+        wait at most `HURRY_FAST_POLLS` fast polls for the next `HURRY_INTERVALS` intervals."""
+        if self.interval_s is not None:
+            self._hurry_until_s = now_s + HURRY_INTERVALS * self.interval_s
+
     def next_delay(self, now_s: float) -> float:
         """The wait before the next poll, at most `quiet_s` (one call per poll)."""
+        delay_s = self._scheduled_delay(now_s)
+        if now_s < self._hurry_until_s:
+            return min(delay_s, HURRY_FAST_POLLS * self.fast_s)
+        return delay_s
+
+    def _scheduled_delay(self, now_s: float) -> float:
         due_s = self._due()
         if not self._busy and due_s is not None:
-            period_s = self.period_s or 0.0
-            window_s = self.fast_s * max(
-                WINDOW_FAST_POLLS_MIN,
-                min(period_s * WINDOW_PERIOD_FRACTION / self.fast_s, WINDOW_FAST_POLLS_MAX),
-            )
+            window_s = self._window_s()
+            if now_s >= due_s + window_s and not self._rolled and self.period_s:
+                # Late: the leader puts off a periodic checkpoint it cannot start (a rotation
+                # in progress) by one interval, so expect it once more, one period later.
+                self._rolled = True
+                self._expected_s = due_s = due_s + self.period_s
             if now_s < due_s - window_s:
                 return min(self.quiet_s, due_s - window_s - now_s)
             if now_s < due_s + window_s:

@@ -248,6 +248,11 @@ class StreamNode:
         if self.participant is not None:
             self.participant.wake()
 
+    def _members_version(self) -> int:
+        """The membership view's version (0 before the controller runs)."""
+        controller = self.node.controller
+        return 0 if controller is None else controller.members_watch().version()
+
     def _membership_view(self) -> MembershipView | None:
         controller = self.node.controller
         return None if controller is None else controller.membership_view()
@@ -287,6 +292,7 @@ class StreamNode:
             prepare_timeout_s=stream.prepare_timeout_s,
             decision_timeout_s=stream.decision_timeout_s,
             on_engine_bug=None if self.metrics is None else self.metrics.engine_bug,
+            members_version=self._members_version,
         )
         self.participant = participant
         observer = _Observer(self, engine)

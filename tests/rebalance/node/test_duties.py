@@ -162,3 +162,40 @@ def test_dc21_a_quiet_periodic_checkpoint_stays_due_and_runs_at_the_first_busy_t
         assert duties.log._stream.getvalue().count("checkpoints_quiet") == 1
 
     asyncio.run(main())
+
+
+def test_dc18_a_periodic_checkpoint_put_off_by_a_rotation_keeps_to_its_grid() -> None:
+    """A due periodic checkpoint that cannot start (a drain transition installed: a rotation in
+    progress) is put off by exactly one interval from when it was due, where participants expect
+    it once more (DC-18); the next after it is one interval later again. A checkpoint due long ago
+    (a new leader) is next due one interval from now."""
+
+    async def main() -> None:
+        clock = SimulatedClock(seed=5)
+        lock = asyncio.Lock()
+        duties, engine = _duties(clock, lock, [True])
+        draining = [True]
+        engine.installed_drain_transition = lambda: object() if draining[0] else None
+        duties.ctx.config.watcher_poll_s = 0.3  # ticks off the 1 s grid: 0, 0.3, 0.6, ...
+        shutdown = asyncio.Event()
+        started = clock.monotonic()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(duties.run(shutdown))
+            await clock.step(0.9, yields=50)
+            await lock.acquire()  # the rotation's attempt holds leader_work until 1.2
+            await clock.step(0.3, yields=50)
+            lock.release()
+            await clock.step(0.3, yields=50)  # due at 1.0, asked at 1.2: put off
+            assert engine.checkpoints == []
+            assert duties.next_checkpoint_s - started == pytest.approx(2.0, abs=0.02)
+            draining[0] = False
+            await clock.step(1.2, yields=50)
+            assert [round(t - started, 2) for t in engine.checkpoints] == pytest.approx([2.0])
+            duties.next_checkpoint_s = clock.monotonic() - 10.0  # due long ago
+            await clock.step(0.35, yields=50)
+            assert len(engine.checkpoints) == 2
+            assert duties.next_checkpoint_s - engine.checkpoints[1] == pytest.approx(INTERVAL_S)
+            shutdown.set()
+            await clock.step(1.0, yields=50)
+
+    asyncio.run(main())
