@@ -123,11 +123,12 @@ def backoff_polls(schedule: PollSchedule) -> float:
 
 def busy_polls_max(schedule: PollSchedule, period_s: float) -> float:
     """The schedule's bound on polls per checkpoint period: quiet until the window (at most
-    quiet apart), the window at `fast_s`, and two back-offs from `fast_s` to `quiet_s` (the
-    verdict's wait and a late prepare's)."""
+    quiet apart), the window at `fast_s` and, for a late prepare, the second window one period
+    later, and two back-offs from `fast_s` to `quiet_s` (the verdict's wait and a late
+    prepare's)."""
     return (
         period_s / schedule.quiet_s
-        + window_polls(schedule, period_s)
+        + 2 * window_polls(schedule, period_s)
         + 2 * backoff_polls(schedule)
         + 1
     )
@@ -170,9 +171,10 @@ def test_dc20_pointer_polls_per_second_are_bounded(
     schedule = PollSchedule.for_interval(POLL_S, INTERVAL_S)
     per_checkpoint = busy_polls_max(schedule, found.period_s)
     assert found.polls_per_s_busy <= per_checkpoint / found.period_s
-    # Idle (no prepare for IDLE_S): the window of the prepare expected next, one back-off to
-    # quiet, then one poll per quiet_s.
-    once = window_polls(schedule, found.period_s) + backoff_polls(schedule)
+    # Idle (no prepare for IDLE_S): the window of the prepare expected next and the second one
+    # a period later (DC-18: where a put-off periodic prepare comes), one back-off to quiet,
+    # then one poll per quiet_s.
+    once = 2 * window_polls(schedule, found.period_s) + backoff_polls(schedule)
     assert found.polls_per_s_idle <= 1 / schedule.quiet_s + once / IDLE_S
     assert found.polls_per_s_idle < 1 / POLL_S / 2  # well below polling every poll_s
 
