@@ -45,7 +45,6 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from laminar_cluster.authority.cluster_outcomes import (
     highest_cluster_committed_outcome,
@@ -72,7 +71,7 @@ from laminar_cluster.coordinator.collect import (
 from laminar_cluster.coordinator.decide import capsule_of
 from laminar_cluster.coordinator.objects import PREPARE_VERSION, encode_record
 from laminar_cluster.coordinator.paths import prepare_path
-from laminar_cluster.coordinator.pointer import write_pointer
+from laminar_cluster.coordinator.pointer import WINDOW_FAST_POLLS_MAX, write_pointer
 from laminar_cluster.coordinator.quiet import QuietBasis
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.coordinator.slices import CommittedSlices
@@ -97,10 +96,6 @@ from laminar_cluster.rebalance.interfaces import CheckpointResult
 from laminar_cluster.store import CREATE, ObjectStore, put_resolved
 
 logger = logging.getLogger(__name__)
-
-# A periodic prepare this close (in poll_s) to the time the last verdict pointer named was
-# expected: participants poll fast around it (DC-18), so its collection teaches the first wait.
-ANNOUNCED_TOLERANCE_POLLS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +283,8 @@ class ClusterCheckpointer:
         hinted_s, self._hinted_s = self._hinted_s, None
         if transition is not None or hinted_s is None:
             return False
-        return abs(self.clock.monotonic() - hinted_s) <= ANNOUNCED_TOLERANCE_POLLS * self.poll_s
+        # within the participants' widest fast window around the named time (DC-18)
+        return abs(self.clock.monotonic() - hinted_s) <= WINDOW_FAST_POLLS_MAX * self.poll_s
 
     async def _point(self, prepare: CheckpointPrepare, verdict: CheckpointVerdict | None) -> None:
         """DC-18: the pointer shows the prepare (and its verdict); best effort, a hint."""
