@@ -27,6 +27,8 @@ LAYERS = [
     "assignment",
     "rebalance",
     "coordinator",
+    "jobs",
+    "connectors",
     "runtime",
     "metrics",
     "views",
