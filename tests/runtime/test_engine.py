@@ -432,7 +432,7 @@ def test_handoff_restore_continues_from_the_committed_cut() -> None:
         assert dict(cut.vnodes[0].offsets) == {0: 3, 4: 0}
 
     previous = KeyedAggregation()
-    previous.process(0, (1, 1), (5, 6))
+    previous.add(0, (1, 1), (5, 6))
     restorer = FakeRestorer(cuts={0: VnodeCut(state=previous.snapshot(0), offsets={0: 2}), 1: None})
 
     async def seeded(rig: Rig) -> None:

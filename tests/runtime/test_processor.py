@@ -28,9 +28,9 @@ def test_keyed_aggregation_is_a_processor() -> None:
 
 def test_aggregation_counts_and_sums_per_vnode() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (1, 2, 1), (10, 20, 5))
-    agg.process(1, (1,), (7,))
-    agg.process(0, (2,), (-3,))
+    agg.add(0, (1, 2, 1), (10, 20, 5))
+    agg.add(1, (1,), (7,))
+    agg.add(0, (2,), (-3,))
     assert agg.totals(0) == {1: (2, 15), 2: (2, 17)}
     assert agg.totals(1) == {1: (1, 7)}
     assert agg.vnodes() == (0, 1)
@@ -39,14 +39,14 @@ def test_aggregation_counts_and_sums_per_vnode() -> None:
 
 def test_snapshot_restores_the_same_state_as_a_committed_baseline() -> None:
     agg = KeyedAggregation()
-    agg.process(3, (9, 4, 9), (1, 2, 3))
+    agg.add(3, (9, 4, 9), (1, 2, 3))
     data = agg.snapshot(3)
     assert agg.snapshot(3) == data  # deterministic: keys ascending
     other = KeyedAggregation()
     other.restore(3, data)
     assert other.totals(3) == {4: (1, 2), 9: (2, 4)}
     assert other.emit_output(3) == []  # restored state is history
-    other.process(3, (9,), (10,))
+    other.add(3, (9,), (10,))
     assert other.emit_output(3) == [(9, 1, 10)]
     empty = KeyedAggregation()
     empty.restore(5, None)
@@ -55,21 +55,21 @@ def test_snapshot_restores_the_same_state_as_a_committed_baseline() -> None:
 
 def test_output_is_the_deltas_since_the_last_commit() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (1, 2), (10, 20))
+    agg.add(0, (1, 2), (10, 20))
     assert agg.emit_output(0) == [(1, 1, 10), (2, 1, 20)]
     agg.commit_output(0)
     assert agg.emit_output(0) == []
     agg.commit_output(0)
-    agg.process(0, (2, 3), (5, 6))
+    agg.add(0, (2, 3), (5, 6))
     assert agg.emit_output(0) == [(2, 1, 5), (3, 1, 6)]
 
 
 def test_abort_keeps_the_output_pending_and_merges_what_follows() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (1, 2), (10, 20))
+    agg.add(0, (1, 2), (10, 20))
     first = agg.emit_output(0)
     agg.abort_output(0)
-    agg.process(0, (1,), (1,))
+    agg.add(0, (1,), (1,))
     assert first == [(1, 1, 10), (2, 1, 20)]
     assert agg.emit_output(0) == [(1, 2, 11), (2, 1, 20)]
     agg.commit_output(0)
@@ -78,16 +78,16 @@ def test_abort_keeps_the_output_pending_and_merges_what_follows() -> None:
 
 def test_commit_folds_exactly_the_emitted_records() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (1,), (10,))
+    agg.add(0, (1,), (10,))
     agg.emit_output(0)
-    agg.process(0, (1, 5), (2, 3))  # after the emit: stays pending
+    agg.add(0, (1, 5), (2, 3))  # after the emit: stays pending
     agg.commit_output(0)
     assert agg.emit_output(0) == [(1, 1, 2), (5, 1, 3)]
 
 
 def test_drop_forgets_state_and_output() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (1,), (10,))
+    agg.add(0, (1,), (10,))
     agg.emit_output(0)
     agg.drop(0)
     agg.commit_output(0)  # a no-op for a dropped vnode
@@ -96,10 +96,10 @@ def test_drop_forgets_state_and_output() -> None:
 
 def test_a_capture_is_the_state_at_the_cut_while_processing_goes_on() -> None:
     agg = KeyedAggregation()
-    agg.process(0, (7, 1), (1, 2))
-    agg.process(1, (7,), (5,))
+    agg.add(0, (7, 1), (1, 2))
+    agg.add(1, (7,), (5,))
     encode = agg.capture((0, 1))
-    agg.process(0, (7, 3), (100, 100))  # after the cut: neither in its state nor its output
+    agg.add(0, (7, 3), (100, 100))  # after the cut: neither in its state nor its output
     encoded = encode()
     assert set(encoded.states) == {0, 1}
     assert decode_slice(encoded.states[0], what="x") == {1: [1, 2], 7: [1, 1]}
@@ -118,19 +118,19 @@ def test_a_cut_after_a_restore_or_drop_encodes_the_new_keys() -> None:
     """The sorted keys of a vnode's last cut are reused only for the same state: a restored
     or re-created vnode with as many (other) keys is sorted again."""
     agg = KeyedAggregation()
-    agg.process(0, (2, 1), (1, 1))
+    agg.add(0, (2, 1), (1, 1))
     agg.capture((0,))()
     other = KeyedAggregation()
-    other.process(0, (6, 5), (3, 4))
+    other.add(0, (6, 5), (3, 4))
     agg.restore(0, other.snapshot(0))
     assert decode_slice(agg.capture((0,))().states[0], what="x") == {5: [1, 4], 6: [1, 3]}
     agg.drop(0)
-    agg.process(0, (9, 8), (1, 2))
+    agg.add(0, (9, 8), (1, 2))
     assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [1, 2], 9: [1, 1]}
-    agg.process(0, (8,), (5,))  # same keys: the previous order is reused
+    agg.add(0, (8,), (5,))  # same keys: the previous order is reused
     assert decode_slice(agg.capture((0,))().states[0], what="x") == {8: [2, 7], 9: [1, 1]}
     agg.commit_output(0)
-    agg.process(0, (10, 3, 8), (1, 1, 1))  # new keys merge into the previous order
+    agg.add(0, (10, 3, 8), (1, 1, 1))  # new keys merge into the previous order
     encoded = agg.capture((0,))()
     assert slice_keys(encoded.states[0]) == [3, 8, 9, 10]
     assert sorted(decode_aggregate_records(encoded.output)) == [(3, 1, 1), (8, 1, 1), (10, 1, 1)]
@@ -158,7 +158,7 @@ def test_a_corrupt_snapshot_is_refused(data: bytes) -> None:
 def test_aggregation_handles_a_large_batch() -> None:
     agg = KeyedAggregation()
     keys = tuple(i % 97 for i in range(100_000))
-    agg.process(2, keys, tuple(range(100_000)))
+    agg.add(2, keys, tuple(range(100_000)))
     totals = agg.totals(2)
     assert sum(count for count, _ in totals.values()) == 100_000
     assert sum(total for _, total in totals.values()) == sum(range(100_000))

@@ -44,11 +44,13 @@ from laminar_cluster.rebalance.engine.vnode_host import VnodeHost
 from laminar_cluster.rebalance.interfaces import RegistrySnapshot
 from laminar_cluster.runtime.engine_loop import EngineLoop
 from laminar_cluster.runtime.engine_types import (
+    BatchReader,
     EngineConfig,
     EngineProgress,
     SourceLog,
     StreamCounters,
     engine_progress,
+    read_columns,
 )
 from laminar_cluster.runtime.processor import Processor
 from laminar_cluster.runtime.vnode_table import VnodeTable
@@ -65,7 +67,9 @@ class StreamEngine:
         processor: Processor,
         partitions: int | None = None,
         config: EngineConfig | None = None,
+        read: BatchReader | None = None,
     ) -> None:
+        """`read` gives the processor its batches (default: the reference log's columns)."""
         self.clock = clock
         self.log = log
         self.processor = processor
@@ -77,6 +81,7 @@ class StreamEngine:
         self._loop = EngineLoop(
             clock=clock,
             log=log,
+            read=read or read_columns(log),
             processor=processor,
             config=self.config,
             table=self.table,

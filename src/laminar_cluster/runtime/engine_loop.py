@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Final
 
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.errors import CorruptRecord, LaminarError
 from laminar_cluster.rebalance.engine.data_plane import Intake
-from laminar_cluster.runtime.engine_types import EngineConfig, SourceLog, StreamCounters
+from laminar_cluster.runtime.engine_types import (
+    BatchReader,
+    EngineConfig,
+    SourceBatch,
+    SourceLog,
+    StreamCounters,
+)
 from laminar_cluster.runtime.processor import Processor
 from laminar_cluster.runtime.vnode_table import VnodeTable
 
 logger: Final = logging.getLogger(__name__)
-
-Events = tuple[Sequence[int], Sequence[int], int]
 
 
 class EngineLoop:
@@ -41,13 +44,14 @@ class EngineLoop:
         *,
         clock: Clock,
         log: SourceLog,
+        read: BatchReader,
         processor: Processor,
         config: EngineConfig,
         table: VnodeTable,
         counters: StreamCounters,
         partitions_known: bool,
     ) -> None:
-        self.clock, self.log, self.processor = clock, log, processor
+        self.clock, self.log, self.read, self.processor = clock, log, read, processor
         self.config, self.table, self.counters = config, table, counters
         self.partitions_known = partitions_known
         self._partitions_after = 0.0  # an absent layout is asked for again after retry_s
@@ -104,7 +108,7 @@ class EngineLoop:
 
     async def _read_all(
         self, reads: list[tuple[int, int]], deadline: float
-    ) -> list[Events | LaminarError]:
+    ) -> list[SourceBatch | LaminarError]:
         if len(reads) == 1:
             return [await self._read_one(*reads[0], deadline)]
         async with asyncio.TaskGroup() as group:
@@ -113,16 +117,17 @@ class EngineLoop:
 
     async def _read_one(
         self, partition: int, offset: int, deadline: float
-    ) -> Events | LaminarError:
+    ) -> SourceBatch | LaminarError:
         try:
-            return await self.log.read(
-                partition, offset, self.config.batch_events, deadline=deadline
-            )
+            return await self.read(partition, offset, self.config.batch_events, deadline=deadline)
         except LaminarError as error:
             return error
 
     async def _apply(
-        self, intake: Intake, reads: list[tuple[int, int]], results: list[Events | LaminarError]
+        self,
+        intake: Intake,
+        reads: list[tuple[int, int]],
+        results: list[SourceBatch | LaminarError],
     ) -> bool:
         """Apply each batch whose partition still stands where it was read, one batch at a time:
         each is applied synchronously, then the loop yields, so the control plane (renewals,
@@ -136,20 +141,21 @@ class EngineLoop:
             if isinstance(result, LaminarError):
                 failure = failure or result
                 continue
-            keys, values, next_offset = result
             vnode = table.vnode_of(partition)
             if table.offsets.get(partition) != start or vnode in table.paused:
                 continue
-            if next_offset != start + len(keys) or len(values) != len(keys):
+            if result.first_offset != start or result.next_offset < start:
                 raise CorruptRecord(
-                    f"partition {partition}: a read from offset {start} returned {len(keys)} "
-                    f"keys, {len(values)} values and next offset {next_offset}"
+                    f"partition {partition}: a read from offset {start} returned offsets "
+                    f"{result.first_offset}..<{result.next_offset}"
                 )
-            table.offsets[partition] = next_offset
-            if keys:
+            count = result.next_offset - start
+            if count:
+                # The processor applies the whole batch or raises before the offset moves.
                 table.untouched.discard(vnode)
-                processor.process(vnode, keys, values)
-                counters.events += len(keys)
+                processor.process(vnode, partition, result)
+                table.offsets[partition] = result.next_offset
+                counters.events += count
                 counters.batches += 1
                 applied = True
                 await self.clock.sleep(0)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from laminar_cluster.checkpoint.records import CheckpointAttempt
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.rebalance.engine.cuts import HostProgress, HostTimings
 
 
@@ -31,6 +31,40 @@ class SourceLog(Protocol):
         offset) has an event at or after its offset; False when an end is not known. No
         request."""
         ...
+
+
+class SourceBatch(NamedTuple):
+    """Events `first_offset ..< next_offset` of one partition, in the shape its processor reads:
+    `(keys, values)` columns of the reference log (`read_columns`), the JSON records of a
+    record log (`runtime.job_processor`)."""
+
+    first_offset: int
+    next_offset: int
+    events: Any
+
+
+class BatchReader(Protocol):
+    """Reads up to `max_events` events of a partition from `offset` as a `SourceBatch`."""
+
+    async def __call__(
+        self, partition: int, offset: int, max_events: int, *, deadline: float
+    ) -> SourceBatch: ...
+
+
+def read_columns(log: SourceLog) -> BatchReader:
+    """The reference log's reader: each batch's events are its `(keys, values)` columns;
+    CorruptRecord when the columns and the offsets disagree."""
+
+    async def read(partition: int, offset: int, max_events: int, *, deadline: float) -> SourceBatch:
+        keys, values, next_offset = await log.read(partition, offset, max_events, deadline=deadline)
+        if next_offset != offset + len(keys) or len(values) != len(keys):
+            raise CorruptRecord(
+                f"partition {partition}: a read from offset {offset} returned {len(keys)} "
+                f"keys, {len(values)} values and next offset {next_offset}"
+            )
+        return SourceBatch(offset, next_offset, (keys, values))
+
+    return read
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,10 @@ The engine owns sources, ownership and checkpoints; a processor owns only data, 
 
 * `restore(vnode, state)`: install a vnode's state from a committed cut (None: start empty).
   The restored state is the committed baseline: its output is already history.
-* `process(vnode, keys, values)`: one batch of events of one partition of the vnode, in order.
+* `process(vnode, partition, batch)`: one batch of events of one partition of the vnode, in
+  order (`SourceBatch`: its offsets and its events, in the shape the engine's reader gives).
+  It applies the whole batch or raises before changing anything it cannot undo: the engine
+  moves the partition's offset only after it returns.
 * `capture(vnodes)`: the cut. Synchronous and cheap: it freezes the state of `vnodes` as it is
   now and puts each one's output since its last committed cut *in flight*. It returns the
   encoder of that frozen cut (each vnode's state bytes for its `VnodePartial`, and the
@@ -42,6 +45,7 @@ import msgspec
 
 from laminar_cluster.codec import I64, U64
 from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.output import (
     AggregateRecord,
     check_aggregate_columns,
@@ -62,7 +66,7 @@ class Processor(Protocol):
 
     def restore(self, vnode: int, state: bytes | None) -> None: ...
 
-    def process(self, vnode: int, keys: Sequence[int], values: Sequence[int]) -> None: ...
+    def process(self, vnode: int, partition: int, batch: SourceBatch) -> None: ...
 
     def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]: ...
 
@@ -167,7 +171,13 @@ class KeyedAggregation:
         self._counts[vnode], self._sums[vnode] = counts, sums
         self._base[vnode] = (counts.copy(), sums.copy())
 
-    def process(self, vnode: int, keys: Sequence[int], values: Sequence[int]) -> None:
+    def process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
+        """Count and sum the batch's `(keys, values)` columns per key."""
+        keys, values = batch.events
+        self.add(vnode, keys, values)
+
+    def add(self, vnode: int, keys: Sequence[int], values: Sequence[int]) -> None:
+        """Count and sum `keys`' `values` in `vnode`."""
         counts = self._counts.get(vnode)
         if counts is None:
             counts = self._counts[vnode] = {}
