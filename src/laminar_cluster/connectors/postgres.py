@@ -15,6 +15,7 @@ may have applied: the retry then finds the marker and returns False. `delivered_
 the highest checkpoint id among the job's markers for the table. Errors: connection failures
 are StoreUnavailable (retry within the deadline: `clock.retry_until`), values or names the
 server refuses are InvalidArgument, a passed deadline is DeadlineExceeded.
+Protocol: docs/protocols/postgres-sink.md (PG-1 .. PG-6).
 """
 
 from __future__ import annotations
@@ -136,11 +137,11 @@ class PostgresWriter:
             async with connection.transaction() as transaction:
                 await self._set_statement_timeout(connection, deadline)
                 cursor = await connection.execute(q.MARKER_INSERT, marker)
-                if await cursor.fetchone() is None:  # applied before: a replay
+                if await cursor.fetchone() is None:  # PG-1: applied before, a replay
                     raise psycopg.Rollback(transaction)
                 if rows:
                     await cursor.executemany(self._upsert, rows)
-                return True
+                return True  # PG-2: the marker and the rows commit together
             return False
 
         return await self._run(apply, what=what, deadline=deadline)
@@ -214,6 +215,7 @@ class PostgresWriter:
         sink = self._sink
         async with connection.transaction():
             await self._set_statement_timeout(connection, deadline)
+            # PG-6: one creator at a time, across processes
             await connection.execute("SELECT pg_advisory_xact_lock(%s)", (q.DDL_LOCK_KEY,))
             await connection.execute(q.MARKER_DDL)
             await connection.execute(q.table_ddl(sink.table, sink.columns, sink.key))

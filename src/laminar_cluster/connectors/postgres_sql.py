@@ -131,7 +131,7 @@ def upsert_rows(
     latest: dict[tuple[str, ...], tuple[str | None, ...]] = {}
     for position, record in enumerate(records):
         where = f"table {table}: record {position}"
-        for field in record:
+        for field in record:  # PG-4: checked before the transaction
             if field not in columns:
                 raise InvalidArgument(f"{where}: field {field!r} is not a column of the table")
         row = tuple(
