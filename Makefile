@@ -1,7 +1,7 @@
 # Two entry points, both self-contained on a fresh Debian machine with Python 3.11:
 #   make demo   set up .venv and run the main job
-#   make test   set up .venv and the console test's browser, then lint, type-check and run
-#               the tests
+#   make test   set up .venv, the console test's browser and the PostgreSQL server the sink
+#               tests start, then lint, type-check and run the tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,9 +12,13 @@ STAMP := $(VENV)/.installed
 # fails, it does not skip.
 BROWSER_BINARIES := /usr/bin/chromium /usr/bin/chromedriver
 BROWSER_PACKAGES := chromium chromium-driver
+# The PostgreSQL sink's tests start a private server from Debian's package (never a mock).
+# Installed when missing; without it the tests fail, they do not skip.
+POSTGRES_INITDB_GLOB := /usr/lib/postgresql/*/bin/initdb
+POSTGRES_PACKAGES := postgresql
 SUDO := $(shell test "$$(id -u)" -eq 0 || echo sudo)
 
-.PHONY: demo test lint typecheck unit soak clean browser
+.PHONY: demo test lint typecheck unit soak clean browser postgres
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,7 +48,18 @@ browser:
 		rm -f $$log; \
 	fi
 
-test: lint typecheck browser
+postgres:
+	@if ! ls $(POSTGRES_INITDB_GLOB) >/dev/null 2>&1; then \
+		echo "installing $(POSTGRES_PACKAGES) for the PostgreSQL sink's tests"; \
+		log=$$(mktemp); \
+		if ! { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			$(SUDO) apt-get install -y -qq $(POSTGRES_PACKAGES); } >$$log 2>&1; then \
+			cat $$log; rm -f $$log; exit 1; \
+		fi; \
+		rm -f $$log; \
+	fi
+
+test: lint typecheck browser postgres
 	$(BIN)/pytest -m "not soak"
 
 soak: $(STAMP)

@@ -1,5 +1,6 @@
-"""Shared fixtures: stores of every backend, and the real S3 test server. The simulation's
-fast seeds start running in the background as soon as collection ends (`tests.sim.ahead`)."""
+"""Shared fixtures: stores of every backend, and the real S3 and PostgreSQL test servers. The
+simulation's fast seeds start running in the background as soon as collection ends
+(`tests.sim.ahead`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from laminar_cluster.store import ObjectStore, open_store
 from tests.sim import ahead as sim_ahead
+from tests.support.postgres import MISSING_SERVER, running_postgres, server_bin_dir
 from tests.support.s3server import S3Server, running_s3_server
 
 BACKENDS = ("memory", "file", "s3")
@@ -41,6 +43,16 @@ def s3_server() -> Iterator[S3Server]:
     """moto's standalone S3 server on 127.0.0.1, one per test session."""
     with running_s3_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A private PostgreSQL server on 127.0.0.1 (tests.support.postgres), one per test session;
+    its DSN. Fails, never skips, where the server binaries are missing (`make postgres`)."""
+    if server_bin_dir() is None:
+        pytest.fail(MISSING_SERVER)
+    with running_postgres() as dsn:
+        yield dsn
 
 
 @pytest.fixture
