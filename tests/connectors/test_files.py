@@ -12,7 +12,7 @@ import pytest
 from laminar_cluster.clock import RealClock
 from laminar_cluster.connectors import Delivery, JsonLinesSink, ParquetSink, SinkWriter
 from laminar_cluster.connectors import files as files_module
-from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
+from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, ObjectAlreadyExists
 from laminar_cluster.store import CREATE, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
@@ -27,6 +27,7 @@ from tests.connectors.support import (
     read_parquet,
     records_of,
 )
+from tests.support.scripted_store import ScriptedStore
 
 PREFIX = "out/clicks/"
 Sink = ParquetSink | JsonLinesSink
@@ -215,6 +216,24 @@ def test_fo2_create_with_a_lost_or_refused_request_is_retried_and_applied_once(
         assert await writer.deliver(delivery(4, 1), deadline=deadline())
         assert [m.key for m in await store.list(PREFIX)] == [key_of(ParquetSink(PREFIX), 4, 1)]
         assert not await writer.deliver(delivery(4, 1), deadline=deadline())
+
+    asyncio.run(run())
+
+
+def test_fo2_a_create_lost_before_it_landed_is_made_again_and_the_late_request_fails(
+    file_url: str,
+) -> None:
+    async def run() -> None:
+        store = ScriptedStore(open_store(file_url))
+        store.defer_next_put(PREFIX)  # WriteOutcomeUnknown, and nothing written yet
+        writer = JsonLinesSink(PREFIX).open(store, RealClock())
+        assert await writer.deliver(delivery(4, 1), deadline=deadline())
+        key = key_of(JsonLinesSink(PREFIX), 4, 1)
+        body = (await store.get(key)).body
+        with pytest.raises(ObjectAlreadyExists):
+            await store.deferred[0].apply()  # the lost request arrives late: no second file
+        assert (await store.get(key)).body == body
+        assert [m.key for m in await store.list(PREFIX)] == [key]
 
     asyncio.run(run())
 
