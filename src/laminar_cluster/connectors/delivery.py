@@ -1,4 +1,10 @@
-"""What a sink receives and the interface every sink writer implements (docs/jobs.md)."""
+"""What a sink receives and the interface every sink writer implements (issue 16, "Sinks").
+
+A `Delivery` is one participant's output records of one committed checkpoint for one sink. A
+`SinkWriter` applies each delivery exactly once: the deliverer hands it the deliveries of a sink
+in ascending checkpoint id, and after a crash it hands some of them again, starting from
+`delivered_through` (inclusive), which the writer must then treat as no-ops.
+"""
 
 from __future__ import annotations
 
@@ -18,17 +24,18 @@ class Delivery:
 
 
 class SinkWriter(Protocol):
-    """An open sink: applies deliveries exactly once. Deliveries of one sink arrive in
-    ascending checkpoint id; the same delivery may arrive again (after a crash of the
-    deliverer) and is then a no-op."""
+    """A sink's writer: applies deliveries exactly once, idempotent on replay."""
 
     async def deliver(self, delivery: Delivery, *, deadline: float) -> bool:
         """Apply the delivery exactly once: True if applied now, False if it was already
         applied (a replay: no effect). Idempotent under crashes at any await."""
+        ...
 
     async def delivered_through(self, job: str, *, deadline: float) -> int | None:
         """The highest checkpoint id with a delivery applied for `job`, None if none.
         The deliverer restarts from this id (inclusive) after a crash."""
+        ...
 
     async def close(self) -> None:
-        """Release the writer's connections and files; the writer is unusable after."""
+        """Release the writer's resources (connections, clients); idempotent."""
+        ...
