@@ -82,10 +82,12 @@ class _Aggregating(Terminal):
             accs = [add(acc, v) for add, acc, v in zip(self._adds, accs, row, strict=True)]
         return accs
 
-    def _record(self, key: Key, accs: list[Any], start: int = 0, end: int = 0) -> dict[str, Any]:
+    def _record(
+        self, key: Key, accs: list[Any], bounds: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         record: dict[str, Any] = {self._key_name: key}
-        if end:
-            record["window_start_ms"], record["window_end_ms"] = start, end
+        if bounds is not None:
+            record["window_start_ms"], record["window_end_ms"] = bounds
         for (name, result), acc in zip(self._results, accs, strict=True):
             record[name] = result(acc)
         return record
@@ -214,7 +216,7 @@ class AlignedWindows(_Aggregating):
         for start in sorted(s for s in self.open if s + size + lateness <= wm):
             end, record = start + size, self._record
             out.extend(
-                [Emit(MAIN, record(k, a, start, end)) for k, a in self.open.pop(start).items()]
+                [Emit(MAIN, record(k, a, (start, end))) for k, a in self.open.pop(start).items()]
             )
         self.fire_at = min(self.open) + size + lateness if self.open else None
 
@@ -316,7 +318,7 @@ class SessionWindows(_Aggregating):
                 del self.sessions[key]
         self.fire_at = heap[0][0] + lateness if heap else None
         for end, _, first, key, accs in sorted(due, key=lambda d: d[:3]):
-            out.append(Emit(MAIN, self._record(key, accs, first, end)))
+            out.append(Emit(MAIN, self._record(key, accs, (first, end))))
 
     def dump(self) -> Any:
         """[[key, [[first, last, accs], ...]], ...]."""
