@@ -12,6 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.jobs import STREAMS, SinkSpec
+from laminar_cluster.store import ObjectStore
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
@@ -39,3 +44,20 @@ class SinkWriter(Protocol):
     async def close(self) -> None:
         """Release the writer's resources (connections, clients); idempotent."""
         ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sink(SinkSpec):
+    """A sink declaration that opens its writer: the base of every connector's sink.
+    `stream` (a keyword) is the Emit stream it receives: "main" (default), "late" or
+    "dead_letter"."""
+
+    def __post_init__(self) -> None:
+        if self.stream not in STREAMS:
+            raise InvalidArgument(
+                f"{type(self).__name__}: stream {self.stream!r} is not one of {sorted(STREAMS)}"
+            )
+
+    def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
+        """The writer that applies this sink's deliveries (`store`: the cluster's)."""
+        raise NotImplementedError

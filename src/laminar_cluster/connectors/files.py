@@ -22,7 +22,7 @@ from typing import Final
 
 from laminar_cluster.clock import Clock, retry_until
 from laminar_cluster.codec.types import U64_MAX
-from laminar_cluster.connectors.delivery import Delivery, SinkWriter
+from laminar_cluster.connectors.delivery import Delivery, Sink, SinkWriter
 from laminar_cluster.connectors.file_encoding import FileFormat, encode_file
 from laminar_cluster.connectors.file_paths import (
     check_ids,
@@ -50,17 +50,16 @@ SEARCH_PROBES_MAX: Final = 2 * 66  # galloping then bisecting over 0..=U64_MAX
 
 
 @dataclass(frozen=True)
-class ParquetSink:  # TODO(integrator): subclass jobs.SinkSpec
+class ParquetSink(Sink):
     """Parquet files (zstd) under `prefix`, one per participant per committed checkpoint with
     output, of the records of Emit stream `stream`. Columns are inferred per file: read with
     `union_by_name`. See `file_encoding` for the records Parquet cannot hold."""
 
     prefix: str
-    stream: str = "main"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         validate_sink_prefix(self.prefix)
-        _check_stream(self.stream)
 
     def describe(self) -> str:
         """One line for logs."""
@@ -72,16 +71,15 @@ class ParquetSink:  # TODO(integrator): subclass jobs.SinkSpec
 
 
 @dataclass(frozen=True)
-class JsonLinesSink:  # TODO(integrator): subclass jobs.SinkSpec
+class JsonLinesSink(Sink):
     """JSON Lines files under `prefix`, one per participant per committed checkpoint with
     output, of the records of Emit stream `stream`: one JSON object per line, UTF-8."""
 
     prefix: str
-    stream: str = "main"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         validate_sink_prefix(self.prefix)
-        _check_stream(self.stream)
 
     def describe(self) -> str:
         """One line for logs."""
@@ -90,12 +88,6 @@ class JsonLinesSink:  # TODO(integrator): subclass jobs.SinkSpec
     def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
         """The writer of this sink on `store`."""
         return FileSinkWriter(store, clock, prefix=self.prefix, file_format=FileFormat.JSON_LINES)
-
-
-def _check_stream(stream: str) -> None:
-    # TODO(integrator): the stream names of jobs (MAIN, LATE, DEAD_LETTER) once jobs exists.
-    if not isinstance(stream, str) or not stream:
-        raise InvalidArgument(f"sink stream must be a non-empty str, not {stream!r}")
 
 
 class FileSinkWriter:

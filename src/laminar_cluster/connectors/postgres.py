@@ -32,7 +32,7 @@ from psycopg import sql
 
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.connectors import postgres_sql as q
-from laminar_cluster.connectors.delivery import Delivery
+from laminar_cluster.connectors.delivery import Delivery, Sink
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.store import ObjectStore
 
@@ -42,7 +42,7 @@ CONNECT_TIMEOUT_S_MIN = 2  # libpq's own floor for connect_timeout
 
 
 @dataclass(frozen=True, kw_only=True)
-class PostgresSink:  # TODO(integrator): subclass jobs.SinkSpec
+class PostgresSink(Sink):
     """A PostgreSQL table that receives a job's `stream`, upserted by `key`, exactly once.
 
     `columns` maps each column name to its SQL type (one of `postgres_sql.COLUMN_TYPES`);
@@ -55,10 +55,10 @@ class PostgresSink:  # TODO(integrator): subclass jobs.SinkSpec
     table: str
     columns: Mapping[str, str]
     key: tuple[str, ...]
-    stream: str = "main"
     create_table: bool = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         q.check_identifier(self.table, "table")
         if not isinstance(self.columns, Mapping) or not self.columns:
             raise InvalidArgument(f"table {self.table}: columns must be a non-empty mapping")
