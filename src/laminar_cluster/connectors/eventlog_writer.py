@@ -23,16 +23,15 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from laminar_cluster.clock import Clock, retry_until
-from laminar_cluster.errors import Contended, InvalidArgument, StoreUnavailable
-from laminar_cluster.runtime.eventlog_ends import (
+from laminar_cluster.connectors.eventlog_ends import (
     ENDS_SHARD_PARTITIONS,
     Published,
     publish_shard,
     read_shard,
     shard_of,
 )
-from laminar_cluster.runtime.eventlog_reader import Segment, SegmentReader
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog_reader import Segment, SegmentReader
+from laminar_cluster.connectors.eventlog_segments import (
     SEGMENT_EVENTS_MAX,
     Columns,
     SegmentBatch,
@@ -40,6 +39,7 @@ from laminar_cluster.runtime.eventlog_segments import (
     encode_segment,
     segment_path,
 )
+from laminar_cluster.errors import Contended, InvalidArgument, StoreUnavailable
 from laminar_cluster.store import CREATE, ObjectStore, ReadBack, Resolution, put_resolved
 
 # Segments of other producers an append steps over before it gives up (StoreUnavailable).

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.clock import Clock, retry_until
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
-from laminar_cluster.runtime.eventlog_ends import EndsView
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog_ends import EndsView
+from laminar_cluster.connectors.eventlog_segments import (
     SegmentBatch,
     check_partition,
     decode_segment,
     segment_path,
 )
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.store import GetResult, ObjectStore
 
 SEGMENT_CACHE_EVENTS_MAX: Final = 1_048_576

@@ -21,22 +21,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from laminar_cluster.clock import Clock, RealClock, retry_until, within_deadline
-from laminar_cluster.errors import Refused
-from laminar_cluster.runtime.eventlog_ends import EndsView
-from laminar_cluster.runtime.eventlog_reader import (
+from laminar_cluster.connectors.eventlog_ends import EndsView
+from laminar_cluster.connectors.eventlog_reader import (
     Events,
     PartitionCursor,
     SegmentReader,
     get_or_none,
 )
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog_segments import (
     LAYOUT_PATH,
     check_partition,
     decode_layout,
     encode_layout,
     partitions_of_vnode,
 )
-from laminar_cluster.runtime.eventlog_writer import SegmentWriter, create_settled
+from laminar_cluster.connectors.eventlog_writer import SegmentWriter, create_settled
+from laminar_cluster.errors import Refused
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.store.record_cache import caching
 
