@@ -157,21 +157,24 @@ def console_command(
     raise typer.Exit(guard(lambda: run_console(store, host=host, port=port, refresh_s=refresh_s)))
 
 
+ProducePartitionsOption = Annotated[
+    int | None,
+    option(
+        "--partitions",
+        min=1,
+        help=f"Event log partitions (default {PARTITIONS_DEFAULT}; with --file "
+        f"{RECORD_PARTITIONS_DEFAULT}, a multiple of 256).",
+    ),
+]
+
+
 @app.command("produce")
 def produce(
     store: StoreOption,
     events: Annotated[
         int | None, option("--events", min=0, help="Events in the workload (not with --file).")
     ] = None,
-    partitions: Annotated[
-        int | None,
-        option(
-            "--partitions",
-            min=1,
-            help=f"Event log partitions (default {PARTITIONS_DEFAULT}; with --file "
-            f"{RECORD_PARTITIONS_DEFAULT}, a multiple of 256).",
-        ),
-    ] = None,
+    partitions: ProducePartitionsOption = None,
     keys: KeysOption = KEYS_DEFAULT,
     seed: SeedOption = SEED_DEFAULT,
     batch_events: Annotated[
