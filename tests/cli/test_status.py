@@ -17,10 +17,10 @@ from rich.console import Console
 from laminar_cluster.assignment.paths import snapshot_path
 from laminar_cluster.cli.status import _watch, run_status
 from laminar_cluster.clock import RealClock, SimulatedClock
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_ends import publish_shard
 from laminar_cluster.errors import CorruptRecord, NotSupported
 from laminar_cluster.rebalance.engine.handoff_checkpoint import LeaderCheckpointer
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_ends import publish_shard
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from laminar_cluster.views.status import (
     ReadOnlyStore,

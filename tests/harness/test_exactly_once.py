@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.harness.exactly_once import check_exactly_once, compare
 from laminar_cluster.harness.producer import GatedEventLog, produce_gated
 from laminar_cluster.harness.workload import Workload, expected_aggregates, produce
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import open_store
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.harness.producer import GatedEventLog
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import open_store
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.errors import InvalidArgument, Refused
 from laminar_cluster.harness.workload import (
     Workload,
@@ -16,7 +17,6 @@ from laminar_cluster.harness.workload import (
     partition_counts,
     produce,
 )
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import open_store
 
 

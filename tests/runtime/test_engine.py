@@ -24,6 +24,7 @@ from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.checkpoint.records import CheckpointAttempt, RecoveryCapsuleRef
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.coordinator.host import CheckpointHost, Cut, VnodeCut
 from laminar_cluster.coordinator.records import CheckpointPrepare
 from laminar_cluster.errors import DeadlineExceeded, Refused
@@ -40,7 +41,6 @@ from laminar_cluster.rebalance.engine.vnode_host import VnodeHost
 from laminar_cluster.rebalance.interfaces import INITIAL_STATE, RebalanceEngine, SourceDrainOutcome
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig, EngineProgress
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import aggregate_committed, decode_aggregate_records
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import open_store

@@ -23,6 +23,7 @@ from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.authority.cluster_outcomes import cluster_outcome
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.fencing import CheckpointAssignmentFence
@@ -34,7 +35,6 @@ from laminar_cluster.rebalance.interfaces import SourceDrainOutcome
 from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import decode_aggregate_records, read_committed_output
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import ObjectStore, open_store

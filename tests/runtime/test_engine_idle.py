@@ -8,9 +8,9 @@ import asyncio
 
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.runtime.engine import StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import open_store
 from laminar_cluster.store.counting import CountingStore

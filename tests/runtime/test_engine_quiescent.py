@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from laminar_cluster.assignment.model import snapshot_fence
 from laminar_cluster.checkpoint.records import CheckpointAttempt
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.fencing import CheckpointAssignmentFence
 from laminar_cluster.rebalance.engine.data_plane import plane_quiescent
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import ObjectStore, open_store
 from tests.assignment.snapshot_support import participant, snapshot

@@ -6,8 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.harness.workload import Workload, expected_aggregates
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.store import open_store
 from tests.authority.test_cluster_outcome_helpers import elect, open_leader
 from tests.cli.test_commands import run

@@ -17,11 +17,11 @@ from typing import TypeVar
 
 from laminar_cluster.authority.cluster_outcome_reads import highest_cluster_committed_outcome
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.coordinator.paths import POINTER_PATH
 from laminar_cluster.rebalance.node.log import NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.runtime.output import open_output_authority
 from laminar_cluster.store import GetResult, ObjectMeta, ObjectStore, PutMode, PutResult, open_store

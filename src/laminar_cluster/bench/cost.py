@@ -42,12 +42,12 @@ from laminar_cluster.bench.cost_figures import (
     targets,
 )
 from laminar_cluster.clock import Clock, RealClock, within_deadline
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_segments import SEGMENT_EVENTS_MAX
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 from laminar_cluster.harness.fleet import Event, NodeFleet, Run
 from laminar_cluster.harness.pipeline_logs import events_of
 from laminar_cluster.harness.workload import Workload, chunks
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_segments import SEGMENT_EVENTS_MAX
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from laminar_cluster.assignment.model import snapshot_fence, validate_snapshot
 from laminar_cluster.assignment.records import AssignmentSnapshot
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.errors import LaminarError
 from laminar_cluster.fencing import FenceParticipant
 from laminar_cluster.harness.workload import Workload, expected_aggregates, produce
 from laminar_cluster.rebalance.engine.restores import RestoredCuts, RestoreSource
 from laminar_cluster.runtime.engine import StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import open_store
 

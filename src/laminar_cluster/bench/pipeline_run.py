@@ -32,6 +32,7 @@ from typing import Any, Final
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcomes
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.clock import Clock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.errors import DeadlineExceeded
 from laminar_cluster.harness.fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
 from laminar_cluster.harness.pipeline_logs import (
@@ -44,7 +45,6 @@ from laminar_cluster.harness.pipeline_logs import (
     rotations,
 )
 from laminar_cluster.harness.workload import Progress, Workload, produce
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import open_output_authority
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.status import StatusReader, event_log_opener

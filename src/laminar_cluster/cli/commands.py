@@ -11,7 +11,6 @@ from laminar_cluster.cli.app import (
     KEYS_DEFAULT,
     PARTITIONS_DEFAULT,
     SEED_DEFAULT,
-    EventsOption,
     JsonOption,
     KeysOption,
     PartitionsOption,
@@ -22,6 +21,7 @@ from laminar_cluster.cli.app import (
     say_error,
 )
 from laminar_cluster.cli.config import ConfigOption, option
+from laminar_cluster.connectors.eventlog_records import RECORD_PARTITIONS_DEFAULT
 
 STORE_CHECK_POSITIONAL_NOTE = (
     "note: `store-check URL` is deprecated; write `store-check --store URL` like every other "
@@ -157,25 +157,64 @@ def console_command(
     raise typer.Exit(guard(lambda: run_console(store, host=host, port=port, refresh_s=refresh_s)))
 
 
+ProducePartitionsOption = Annotated[
+    int | None,
+    option(
+        "--partitions",
+        min=1,
+        help=f"Event log partitions (default {PARTITIONS_DEFAULT}; with --file "
+        f"{RECORD_PARTITIONS_DEFAULT}, a multiple of 256).",
+    ),
+]
+
+
 @app.command("produce")
 def produce(
     store: StoreOption,
-    events: EventsOption,
-    partitions: PartitionsOption = PARTITIONS_DEFAULT,
+    events: Annotated[
+        int | None, option("--events", min=0, help="Events in the workload (not with --file).")
+    ] = None,
+    partitions: ProducePartitionsOption = None,
     keys: KeysOption = KEYS_DEFAULT,
     seed: SeedOption = SEED_DEFAULT,
     batch_events: Annotated[
         int, option("--batch-events", help="Events per partition batch.")
     ] = 5000,
+    file: Annotated[
+        str | None,
+        option("--file", help="Append the JSON objects of this JSON Lines file (- for stdin)."),
+    ] = None,
+    key_field: Annotated[
+        str | None, option("--key", help="With --file: the field holding each event's key.")
+    ] = None,
+    from_line: Annotated[
+        int, option("--from-line", min=1, help="With --file: skip the first N-1 lines.")
+    ] = 1,
     timeout_s: Annotated[float, option("--timeout", help="Seconds for it all.")] = 3600.0,
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Append the deterministic workload to the event log (resumes after what is there)."""
+    """Append the deterministic workload to the event log (resumes after what is there), or
+    with --file the JSON objects of a JSON Lines file, keyed by the field --key."""
+    if file is not None:
+        if key_field is None or events is not None:
+            say_error("--file needs --key FIELD, and takes no --events")
+            raise typer.Exit(2)
+        raise typer.Exit(
+            guard(
+                lambda: _produce_file(
+                    store, file, key_field, partitions, from_line, timeout_s, as_json
+                )
+            )
+        )
+    if events is None:
+        say_error("give --events N (the generated workload) or --file PATH --key FIELD")
+        raise typer.Exit(2)
     from laminar_cluster.cli.produce import run_produce
     from laminar_cluster.harness.workload import Workload
 
-    workload = Workload(seed=seed, events=events, partitions=partitions, keys=keys)
+    chosen = PARTITIONS_DEFAULT if partitions is None else partitions
+    workload = Workload(seed=seed, events=events, partitions=chosen, keys=keys)
     raise typer.Exit(
         guard(
             lambda: run_produce(
@@ -186,6 +225,28 @@ def produce(
                 as_json=as_json,
             )
         )
+    )
+
+
+def _produce_file(
+    store: str,
+    file: str,
+    key_field: str,
+    partitions: int | None,
+    from_line: int,
+    timeout_s: float,
+    as_json: bool,
+) -> int:
+    from laminar_cluster.cli.produce_file import run_produce_file
+
+    return run_produce_file(
+        store,
+        path=file,
+        key_field=key_field,
+        partitions=RECORD_PARTITIONS_DEFAULT if partitions is None else partitions,
+        from_line=from_line,
+        timeout_s=timeout_s,
+        as_json=as_json,
     )
 
 

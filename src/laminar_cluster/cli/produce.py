@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from laminar_cluster.clock import RealClock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.harness.workload import Aggregates, Workload, expected_aggregates, produce
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.output import (
     aggregate_committed,
     decode_aggregate_records,

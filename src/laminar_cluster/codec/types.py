@@ -139,7 +139,10 @@ def check_record_type(type_: object) -> None:
     UUID, Enum, Literal, ints with a lower bound (the aliases above; msgspec takes bounds within
     int64 only, and the codec bounds every int to -2**63..2**64-1 on top of that), list, variable or
     fixed tuples, dicts with str keys, unions of these, and structs that set `forbid_unknown_fields`
-    and neither `omit_defaults` nor `array_like`. Refused, with the reason: floats (msgspec writes
+    and neither `omit_defaults` nor `array_like`; and `msgspec.Raw`, embedded JSON kept as
+    bytes: the codec proves it well-formed JSON (the strict decode) and the bytes around it
+    canonical, while the embedded value's own form is its owner's rule (the event log's record
+    segments, `connectors.eventlog_segments`). Refused, with the reason: floats (msgspec writes
     `1e16` and `null` for infinity where json.dumps writes `1e+16` and `Infinity`; SC §2.4 has no
     floats), ints without a lower bound, dicts with non-str keys (msgspec cannot order them, and
     serde would sort them as numbers), bytes (base64 is no record format here), Any, sets, dates and
@@ -178,7 +181,7 @@ def _version_problem(info: mi.StructType) -> str | None:
 
 def _type_problem(t: mi.Type, path: str, seen: set[type]) -> str | None:
     """The first reason `t` (at `path`) has no canonical JSON form, or None."""
-    if isinstance(t, (*_PLAIN_LEAVES, mi.LiteralType)):
+    if isinstance(t, (*_PLAIN_LEAVES, mi.LiteralType, mi.RawType)):
         return None
     if isinstance(t, mi.Metadata):
         return _type_problem(t.type, path, seen)

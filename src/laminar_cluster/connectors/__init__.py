@@ -1,8 +1,5 @@
-"""Sources and sinks of jobs, with I/O (docs/jobs.md): what a sink receives (`Delivery`), the
-interface of sink writers (`SinkWriter`), the exactly-once file sinks (Parquet, JSON Lines) and
-the PostgreSQL sink."""
-
-from laminar_cluster.connectors.delivery import Delivery, SinkWriter
-from laminar_cluster.connectors.files import FileSinkWriter, JsonLinesSink, ParquetSink
-
-__all__ = ["Delivery", "FileSinkWriter", "JsonLinesSink", "ParquetSink", "SinkWriter"]
+"""Sources and sinks of jobs, with I/O (docs/jobs.md): the store's event log (`eventlog`) and
+its public `Producer`, source declarations (`sources`), what a sink receives (`Delivery`) and the
+interface of sink writers (`SinkWriter`, `delivery`), the exactly-once file sinks (`files`:
+Parquet, JSON Lines) and the PostgreSQL sink (`postgres`). The public names are exported from
+`laminar_cluster` itself."""

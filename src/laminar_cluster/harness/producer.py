@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from laminar_cluster.clock import Clock, within_deadline
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_segments import SEGMENT_EVENTS_MAX
 from laminar_cluster.harness.workload import ProduceReport, Workload, produce
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_segments import SEGMENT_EVENTS_MAX
 from laminar_cluster.store import ObjectStore
 
 

@@ -30,13 +30,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from laminar_cluster.errors import InvalidArgument, Refused
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_segments import (
     EVENT_BATCH_EVENTS_MAX,
     EVENT_LOG_PARTITIONS_MAX,
     SEGMENT_EVENTS_MAX,
 )
+from laminar_cluster.errors import InvalidArgument, Refused
 
 CHUNK_EVENTS: Final = 65_536
 WORKLOAD_EVENTS_MAX: Final = 2**40

@@ -12,7 +12,7 @@ from laminar_cluster.rebalance.engine.cuts import HostProgress, HostTimings
 
 
 class SourceLog(Protocol):
-    """The partitioned source (`runtime.eventlog.EventLog` is one)."""
+    """The partitioned source (`connectors.eventlog.EventLog` is one)."""
 
     async def read(
         self, partition: int, offset: int, max_events: int, *, deadline: float

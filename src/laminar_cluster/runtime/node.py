@@ -46,6 +46,7 @@ from typing import Any, Final, Protocol
 from laminar_cluster.checkpoint import DecisionStore
 from laminar_cluster.checkpoint.records import CheckpointVerdict
 from laminar_cluster.clock import Clock
+from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.coordinator.leader import ClusterCheckpointer
 from laminar_cluster.coordinator.participant import CheckpointParticipant
 from laminar_cluster.coordinator.quiet import QuietCheckpoints
@@ -71,7 +72,6 @@ from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.counted import CountedCheckpointer, CountedRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.eventlog import EventLog
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import ObjectStore
 

@@ -10,9 +10,9 @@ from typing import Any, Final, Protocol
 
 from laminar_cluster.checkpoint.records import ClusterRecoveryCapsule
 from laminar_cluster.clock import Clock
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_ends import ENDS_SHARD_PARTITIONS, published_in, read_shard
-from laminar_cluster.runtime.eventlog_segments import EVENT_LOG_PARTITIONS_MAX
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_ends import ENDS_SHARD_PARTITIONS, published_in, read_shard
+from laminar_cluster.connectors.eventlog_segments import EVENT_LOG_PARTITIONS_MAX
 from laminar_cluster.store import ObjectStore
 
 LAG_UNKNOWN_NOTE: Final = "source lag unknown: this reader has no event log"
@@ -20,7 +20,7 @@ LAG_PARTITIONS_LISTED_MAX: Final = 4_096
 
 
 class EndOffsets(Protocol):
-    """The event log as the lag needs it (runtime.eventlog.EventLog satisfies it):
+    """The event log as the lag needs it (connectors.eventlog.EventLog satisfies it):
     `partitions` is the declared partition count (None when undeclared)."""
 
     async def partitions(self, *, deadline: float) -> int | None: ...
@@ -99,7 +99,7 @@ async def indexed_partitions(store: ObjectStore, *, limit: int) -> list[int]:
 
 
 def event_log_opener(clock: Clock) -> EventLogOpener:
-    """The event log behind the lag column (runtime.eventlog), on the status clock."""
+    """The event log behind the lag column (connectors.eventlog), on the status clock."""
 
     def open_log(store: ObjectStore) -> EndOffsets:
         return EventLog(store, clock=clock)

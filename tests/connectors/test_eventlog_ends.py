@@ -1,4 +1,4 @@
-"""The event log's index (runtime/eventlog_ends.py, DC §3.7 "Log ends"): an append is one
+"""The event log's index (connectors/eventlog_ends.py, DC §3.7 "Log ends"): an append is one
 segment and one index write whatever the partitions it holds, a reader that polled the index
 reads only the segments of a partition that moved, racing producers merge, a bad index is
 reported and read as absent, and a restarted producer publishes what its predecessor left
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.runtime.eventlog import EventLog
-from laminar_cluster.runtime.eventlog_ends import ENDS_SHARD_PARTITIONS, ends_path, shard_of
-from laminar_cluster.runtime.eventlog_segments import SegmentBatch, encode_segment, segment_path
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_ends import ENDS_SHARD_PARTITIONS, ends_path, shard_of
+from laminar_cluster.connectors.eventlog_segments import SegmentBatch, encode_segment, segment_path
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 

@@ -2,8 +2,10 @@
 chain of its batches, walked back from the index (`eventlog_ends`).
 
 `SegmentReader` GETs a segment once and keeps it decoded (least recently used out beyond
-`SEGMENT_CACHE_EVENTS_MAX` events; concurrent readers of one segment share one GET), so a node
-reading many partitions of one producer flush reads that flush's object once.
+`SEGMENT_CACHE_EVENTS_MAX` events or `SEGMENT_CACHE_BYTES_MAX` bytes; concurrent readers of one
+segment share one GET), so a node reading many partitions of one producer flush reads that
+flush's object once. A segment says its kind (int columns or records, `eventlog_records`);
+reading a partition as the other kind is InvalidArgument, saying which read to use.
 
 `PartitionCursor` is what one process knows of one partition: the batches it linked so far, as
 (first offset, end, segment, previous segment), contiguous. To read past what it linked it
@@ -27,21 +29,30 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar_cluster.clock import Clock, retry_until
-from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
-from laminar_cluster.runtime.eventlog_ends import EndsView
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog_ends import EndsView
+from laminar_cluster.connectors.eventlog_records import (
+    RecordBatch,
+    decode_record_segment,
+    is_record_segment,
+)
+from laminar_cluster.connectors.eventlog_segments import (
     SegmentBatch,
     check_partition,
     decode_segment,
     segment_path,
 )
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, ObjectNotFound
 from laminar_cluster.store import GetResult, ObjectStore
 
 SEGMENT_CACHE_EVENTS_MAX: Final = 1_048_576
+# Record segments hold up to 64 KiB per event: the cache is bounded by their bytes too.
+SEGMENT_CACHE_BYTES_MAX: Final = 128 * 1024 * 1024
 CHAIN_WALK_MAX: Final = 10**9  # bounds a walk; a partition of more batches is refused
 
 Events = tuple[tuple[int, ...], tuple[int, ...], int]  # keys, values, next offset
-Segment = dict[int, SegmentBatch]  # partition -> its batch in the segment
+Batch = SegmentBatch | RecordBatch
+Segment = dict[int, Batch]  # partition -> its batch in the segment
+_Slice = tuple[Batch, int, int]  # a batch, and the positions start ..< stop read of it
 
 
 class SegmentReader:
@@ -49,13 +60,14 @@ class SegmentReader:
 
     def __init__(self, store: ObjectStore, clock: Clock) -> None:
         self._store, self._clock = store, clock
-        self._cache: OrderedDict[int, tuple[Segment, int]] = OrderedDict()  # seq -> (, events)
-        self._events = 0
+        # seq -> (segment, events, bytes)
+        self._cache: OrderedDict[int, tuple[Segment, int, int]] = OrderedDict()
+        self._events = self._bytes = 0
         self._loading: dict[int, asyncio.Event] = {}
 
-    def remember(self, seq: int, batches: tuple[SegmentBatch, ...]) -> None:
-        """Keep a segment this process wrote (it is exactly what the store holds)."""
-        self._keep(seq, {batch.partition: batch for batch in batches})
+    def remember(self, seq: int, batches: tuple[Batch, ...], size: int) -> None:
+        """Keep a segment this process wrote, of `size` bytes (it is what the store holds)."""
+        self._keep(seq, {batch.partition: batch for batch in batches}, size)
 
     async def segment(self, seq: int, *, deadline: float) -> Segment | None:
         """Segment `seq` (None when there is none); one GET per process while it is kept."""
@@ -82,20 +94,28 @@ class SegmentReader:
             return None
         if not got.complete:
             raise CorruptRecord(f"{path}: read {len(got.body)} of {got.meta.size} bytes", key=path)
-        decoded = decode_segment(path, got.body)
-        segment = {batch.partition: batch for batch in decoded.batches}
-        self._keep(seq, segment)
+        decoded = (
+            decode_record_segment(path, got.body)
+            if is_record_segment(got.body)
+            else decode_segment(path, got.body)
+        )
+        segment: Segment = {batch.partition: batch for batch in decoded.batches}
+        self._keep(seq, segment, len(got.body))
         return segment
 
-    def _keep(self, seq: int, segment: Segment) -> None:
+    def _keep(self, seq: int, segment: Segment, size: int) -> None:
         if seq in self._cache:
             return
-        events = sum(len(batch.keys) for batch in segment.values())
-        self._cache[seq] = (segment, events)
+        events = sum(batch.end - batch.first_offset for batch in segment.values())
+        self._cache[seq] = (segment, events, size)
         self._events += events
-        while self._events > SEGMENT_CACHE_EVENTS_MAX and len(self._cache) > 1:
-            _, (_, dropped) = self._cache.popitem(last=False)
+        self._bytes += size
+        while len(self._cache) > 1 and (
+            self._events > SEGMENT_CACHE_EVENTS_MAX or self._bytes > SEGMENT_CACHE_BYTES_MAX
+        ):
+            _, (_, dropped, dropped_bytes) = self._cache.popitem(last=False)
             self._events -= dropped
+            self._bytes -= dropped_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +142,43 @@ class PartitionCursor:
         return self.chain[-1].end if self.chain else 0
 
     async def read(self, offset: int, max_events: int, *, deadline: float) -> Events:
-        """Up to `max_events` events from `offset`, and the offset after them."""
+        """Up to `max_events` events from `offset` of an int log, and the offset after them."""
+        parts, position = await self._read_slices(offset, max_events, deadline)
+        keys, values = [], []
+        for batch, start, stop in parts:
+            if not isinstance(batch, SegmentBatch):
+                raise self._wrong_kind("records", "read_records")
+            keys.append(batch.keys[start:stop])
+            values.append(batch.values[start:stop])
+        return _joined(keys), _joined(values), position
+
+    async def read_records(
+        self, offset: int, max_events: int, *, deadline: float
+    ) -> tuple[list[bytes], int]:
+        """Up to `max_events` events (each one's JSON bytes) from `offset` of a record log, and
+        the offset after them."""
+        parts, position = await self._read_slices(offset, max_events, deadline)
+        records: list[bytes] = []
+        for batch, start, stop in parts:
+            if not isinstance(batch, RecordBatch):
+                raise self._wrong_kind("int columns", "read")
+            records.extend(bytes(record) for record in batch.records[start:stop])
+        return records, position
+
+    def _wrong_kind(self, holds: str, use: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"event log partition {self.partition} holds {holds}; read it with EventLog.{use}"
+        )
+
+    async def _read_slices(
+        self, offset: int, max_events: int, deadline: float
+    ) -> tuple[list[_Slice], int]:
         if offset < 0 or max_events < 1:
             raise InvalidArgument(
                 f"event log partition {self.partition}: read at offset {offset} of "
                 f"{max_events} events; need offset >= 0 and at least 1 event"
             )
-        key_parts: list[tuple[int, ...]] = []
-        value_parts: list[tuple[int, ...]] = []
+        parts: list[_Slice] = []
         position, remaining = offset, max_events
         for _ in range(2):  # what is linked, then (at its end) what the index adds
             started = position
@@ -138,13 +187,12 @@ class PartitionCursor:
             while remaining and 0 <= index < len(self.chain):
                 batch = await self._batch_at(self.chain[index].seq, deadline)
                 start = position - batch.first_offset
-                taken = min(len(batch.keys) - start, remaining)
-                key_parts.append(batch.keys[start : start + taken])
-                value_parts.append(batch.values[start : start + taken])
+                taken = min(batch.end - position, remaining)
+                parts.append((batch, start, start + taken))
                 position, remaining, index = position + taken, remaining - taken, index + 1
             if not remaining or position == started:
                 break
-        return _joined(key_parts), _joined(value_parts), position
+        return parts, position
 
     async def _reach(self, offset: int, deadline: float) -> None:
         """Link batches until the chain holds `offset` or ends at the published end."""
@@ -204,7 +252,7 @@ class PartitionCursor:
             raise self._broken(link, f"ends at offset {batch.end}, not {want_end}")
         return link
 
-    async def _batch_at(self, seq: int, deadline: float) -> SegmentBatch:
+    async def _batch_at(self, seq: int, deadline: float) -> Batch:
         path = segment_path(seq)
         segment = await self.segments.segment(seq, deadline=deadline)
         if segment is None:

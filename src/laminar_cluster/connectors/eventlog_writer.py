@@ -11,28 +11,35 @@ producer got n; the writer reads it (learning its batches) and tries n + 1, or, 
 segment holds a partition of its own, stops with `Contended`: a partition has one writer (the
 next append starts afresh). So a writer reads every segment between two of its own, and what it
 publishes as `segments` is true. An ambiguous create is settled by reading back
-(`put_resolved`); a retried create writes the same bytes.
+(`put_resolved`); a retried create writes the same bytes. A writer appends one kind of batch
+(int columns or records) and refuses to append to a log holding segments of the other kind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
+
+import msgspec
 
 from laminar_cluster.clock import Clock, retry_until
-from laminar_cluster.errors import Contended, InvalidArgument, StoreUnavailable
-from laminar_cluster.runtime.eventlog_ends import (
+from laminar_cluster.connectors.eventlog_ends import (
     ENDS_SHARD_PARTITIONS,
     Published,
     publish_shard,
     read_shard,
     shard_of,
 )
-from laminar_cluster.runtime.eventlog_reader import Segment, SegmentReader
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog_reader import Batch, Segment, SegmentReader
+from laminar_cluster.connectors.eventlog_records import (
+    RecordBatch,
+    RecordColumns,
+    encode_record_segment,
+)
+from laminar_cluster.connectors.eventlog_segments import (
     SEGMENT_EVENTS_MAX,
     Columns,
     SegmentBatch,
@@ -40,12 +47,17 @@ from laminar_cluster.runtime.eventlog_segments import (
     encode_segment,
     segment_path,
 )
+from laminar_cluster.errors import Contended, InvalidArgument, StoreUnavailable
 from laminar_cluster.store import CREATE, ObjectStore, ReadBack, Resolution, put_resolved
 
 # Segments of other producers an append steps over before it gives up (StoreUnavailable).
 SEGMENT_RACES_MAX: Final = 1_024
 # Bounds the segments a writer's start reads past the index (a log holds at most 10**20).
 RECOVERY_SEGMENTS_MAX: Final = 10**20
+
+C = TypeVar("C")
+# Builds a partition's batch from (partition, first offset, previous segment, its columns).
+Build = Callable[[int, int, int, C], Batch]
 
 
 @dataclass
@@ -55,9 +67,11 @@ class _State:
     known: dict[int, Published] = field(default_factory=dict)
     loaded: set[int] = field(default_factory=set)  # index shards loaded
     dirty: set[int] = field(default_factory=set)  # shards whose partitions learned more
+    kinds: set[type] = field(default_factory=set)  # the batch types of segments learned
 
     def learn(self, seq: int, segment: Segment) -> None:
         for partition, batch in segment.items():
+            self.kinds.add(type(batch))
             if batch.end > self.known.get(partition, (0, -1))[0]:
                 self.known[partition] = (batch.end, seq)
                 self.dirty.add(shard_of(partition))
@@ -72,13 +86,35 @@ class SegmentWriter:
         self._state: _State | None = None
 
     async def append(self, batches: Mapping[int, Columns], *, deadline: float) -> dict[int, int]:
-        """Create one segment holding `batches` (partition -> columns) and publish it; each
+        """Create one segment holding `batches` (partition -> int columns) and publish it; each
         partition's first offset. InvalidArgument before writing for a bad batch."""
-        checked = _checked(batches)
+        return await self._append(_checked(batches), _int_batch, SegmentBatch, deadline)
+
+    async def append_records(
+        self, batches: Mapping[int, RecordColumns], *, deadline: float
+    ) -> dict[int, int]:
+        """`append` for a record log: `batches` maps partitions to columns already checked by
+        `check_records`."""
+        total = sum(len(records) for _, records in batches.values())
+        if not batches or total > SEGMENT_EVENTS_MAX:
+            raise InvalidArgument(
+                f"an append of {total} events; one segment holds 1..={SEGMENT_EVENTS_MAX}"
+            )
+        return await self._append(dict(batches), _record_batch, RecordBatch, deadline)
+
+    async def _append(
+        self, batches: dict[int, C], build: Build[C], kind: type[Batch], deadline: float
+    ) -> dict[int, int]:
         async with self._lock:
-            state = await self._ready(checked.keys(), deadline)
+            state = await self._ready(batches.keys(), deadline)
+            foreign = [other.__name__ for other in state.kinds if other is not kind]
+            if foreign:
+                raise InvalidArgument(
+                    f"the event log holds segments of {foreign[0]}; this append is of "
+                    f"{kind.__name__}: a log holds one kind"
+                )
             try:
-                firsts = await self._create(state, checked, deadline)
+                firsts = await self._create(state, batches, build, deadline)
             except Contended:
                 self._state = None
                 raise
@@ -146,21 +182,15 @@ class SegmentWriter:
             state.next_seq += 1
 
     async def _create(
-        self, state: _State, batches: dict[int, Columns], deadline: float
+        self, state: _State, batches: dict[int, C], build: Build[C], deadline: float
     ) -> dict[int, int]:
         for _ in range(SEGMENT_RACES_MAX):
             seq = state.next_seq
             entries = tuple(
-                SegmentBatch(
-                    partition=partition,
-                    first_offset=state.known.get(partition, (0, -1))[0],
-                    previous=state.known.get(partition, (0, -1))[1],
-                    keys=keys,
-                    values=values,
-                )
-                for partition, (keys, values) in sorted(batches.items())
+                build(partition, *state.known.get(partition, (0, -1)), columns)
+                for partition, columns in sorted(batches.items())
             )
-            path, body = segment_path(seq), encode_segment(seq, entries)
+            path, body = segment_path(seq), _encoded(seq, entries)
             resolution = await retry_until(
                 functools.partial(create_settled, self._store, path, body),
                 what=f"create {path}",
@@ -168,7 +198,7 @@ class SegmentWriter:
                 deadline=deadline,
             )
             if resolution.ours:
-                self._segments.remember(seq, entries)
+                self._segments.remember(seq, entries, len(body))
                 state.learn(seq, {entry.partition: entry for entry in entries})
                 state.next_seq = seq + 1
                 return {entry.partition: entry.first_offset for entry in entries}
@@ -235,3 +265,29 @@ def _checked(batches: Mapping[int, Columns]) -> dict[int, Columns]:
             f"an append of {total} events; one segment holds at most {SEGMENT_EVENTS_MAX}"
         )
     return checked
+
+
+def _int_batch(partition: int, first: int, previous: int, columns: Columns) -> Batch:
+    keys, values = columns
+    return SegmentBatch(
+        partition=partition, first_offset=first, previous=previous, keys=keys, values=values
+    )
+
+
+def _record_batch(partition: int, first: int, previous: int, columns: RecordColumns) -> Batch:
+    hashes, records = columns
+    return RecordBatch(
+        partition=partition,
+        first_offset=first,
+        previous=previous,
+        key_hashes=hashes,
+        records=tuple(msgspec.Raw(record) for record in records),
+    )
+
+
+def _encoded(seq: int, entries: tuple[Batch, ...]) -> bytes:
+    if all(isinstance(entry, SegmentBatch) for entry in entries):
+        return encode_segment(seq, entries)  # type: ignore[arg-type]
+    if all(isinstance(entry, RecordBatch) for entry in entries):
+        return encode_record_segment(seq, entries)  # type: ignore[arg-type]
+    raise InvalidArgument("a segment holds batches of one kind")

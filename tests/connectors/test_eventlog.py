@@ -1,4 +1,4 @@
-"""The partitioned event log (runtime/eventlog*.py, DC §3.7): segments, append and read,
+"""The partitioned event log (connectors/eventlog*.py, DC §3.7): segments, append and read,
 contiguity, corruption, one writer per partition, lost responses, layout 1 refused; on
 memory:// and file://."""
 
@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import Contended, CorruptRecord, InvalidArgument, Refused
-from laminar_cluster.runtime.eventlog import EventLog, partitions_of_vnode
-from laminar_cluster.runtime.eventlog_ends import publish_shard
-from laminar_cluster.runtime.eventlog_segments import (
+from laminar_cluster.connectors.eventlog import EventLog, partitions_of_vnode
+from laminar_cluster.connectors.eventlog_ends import publish_shard
+from laminar_cluster.connectors.eventlog_segments import (
     EVENT_BATCH_EVENTS_MAX,
     LAYOUT_PATH,
     SEGMENT_EVENTS_MAX,
@@ -23,6 +22,7 @@ from laminar_cluster.runtime.eventlog_segments import (
     segment_path,
     vnode_of_partition,
 )
+from laminar_cluster.errors import Contended, CorruptRecord, InvalidArgument, Refused
 from laminar_cluster.store import CREATE, OVERWRITE, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
 from laminar_cluster.store.faulty import FaultKind, FaultyStore
@@ -261,7 +261,7 @@ def test_malformed_segments_are_corrupt(backend: str, tmp_path: Path) -> None:
 
 
 def EventLogSegmentOf(body: bytes):  # type: ignore[no-untyped-def]
-    from laminar_cluster.runtime.eventlog_segments import decode_segment
+    from laminar_cluster.connectors.eventlog_segments import decode_segment
 
     return decode_segment(segment_path(0), body)
 

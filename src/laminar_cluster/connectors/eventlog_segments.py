@@ -5,7 +5,7 @@ vnode p % 256).
 | path | record | write mode | writer |
 | --- | --- | --- | --- |
 | `events/segment={seq:020}.json` | `EventSegment` | create-only | a producer |
-| `events/layout.json` | `EventLogLayout` | create-only | the producer |
+| `events/layout.json` | `EventLogLayout` (ints) or `RecordLogLayout` | create-only | the producer |
 
 The log is one sequence of segments, numbered from 0 without gaps (a producer creates segment
 n only once it knows segment n - 1 exists). A segment holds one batch for each of some
@@ -16,6 +16,10 @@ segment of the partition's previous batch (`previous`, -1 for its first), so a r
 partition's batches back from its last one (`eventlog_ends`) without touching other segments.
 Parsers re-format the parsed path and compare.
 
+A log is of one kind, which its layout record says: an int log (layout 2, `EventLogLayout`:
+these segments) or a record log (layout 3, `RecordLogLayout`: `eventlog_records`). A segment
+says its own kind too (segment version 1: int columns, 2: records), so reading needs no layout.
+
 Layout 1 (one object per partition batch, `events/partition=.../offset=...`) is not read: its
 layout record is refused with what to do.
 """
@@ -23,7 +27,7 @@ layout record is refused with what to do.
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple, Protocol
 
 from laminar_cluster.assignment.vnode import VNODE_COUNT
 from laminar_cluster.codec import I64, U32, U64, Record, decode, encode_checked
@@ -75,6 +79,24 @@ class EventLogLayout(Record):
 
     version: Literal[2]
     partitions: U32
+
+
+class RecordLogLayout(Record):
+    """A record log's layout (3): its partition count, a multiple of 256."""
+
+    version: Literal[3]
+    partitions: U32
+    kind: Literal["records"]
+
+
+LogKind = Literal["ints", "records"]
+
+
+class LogLayout(NamedTuple):
+    """What a layout record declares: the partition count and the kind of events."""
+
+    partitions: int
+    kind: LogKind
 
 
 class _LayoutOne(Record):
@@ -166,7 +188,7 @@ def decode_segment(path: str, body: bytes) -> EventSegment:
         )
     last = -1
     for batch in segment.batches:
-        wrong = _batch_fault(batch, seq)
+        wrong = batch_fault(batch, len(batch.keys), len(batch.values), seq)
         if wrong is None and batch.partition <= last:
             wrong = "partitions are not ascending"
         if wrong is not None:
@@ -175,11 +197,24 @@ def decode_segment(path: str, body: bytes) -> EventSegment:
     return segment
 
 
-def _batch_fault(batch: SegmentBatch, seq: int) -> str | None:
+class _Linked(Protocol):
+    @property
+    def partition(self) -> int: ...
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def previous(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+def batch_fault(batch: _Linked, firsts: int, seconds: int, seq: int) -> str | None:
+    """What is wrong with a decoded batch of segment `seq` whose two columns hold `firsts` and
+    `seconds` items (keys and values, or key hashes and records), or None."""
     if batch.partition >= EVENT_LOG_PARTITIONS_MAX:
         return "partition out of range"
-    if len(batch.keys) != len(batch.values) or not batch.keys:
-        return f"{len(batch.keys)} keys and {len(batch.values)} values"
+    if firsts != seconds or not firsts:
+        return f"columns of {firsts} and {seconds} items"
     if not -1 <= batch.previous < seq:
         return f"previous segment {batch.previous} is not before segment {seq}"
     if (batch.previous == -1) != (batch.first_offset == 0):
@@ -189,29 +224,46 @@ def _batch_fault(batch: SegmentBatch, seq: int) -> str | None:
     return None
 
 
-def encode_layout(partitions: int) -> bytes:
+def encode_layout(partitions: int, kind: LogKind = "ints") -> bytes:
+    """The layout record of a log of `partitions` partitions of `kind` (ints: layout 2, as
+    before record logs; records: layout 3, a multiple of 256 partitions)."""
     if not 1 <= partitions <= EVENT_LOG_PARTITIONS_MAX:
         raise InvalidArgument(
             f"partition count {partitions} is outside 1..={EVENT_LOG_PARTITIONS_MAX}"
         )
-    layout = EventLogLayout(version=2, partitions=partitions)
+    layout: EventLogLayout | RecordLogLayout = EventLogLayout(version=2, partitions=partitions)
+    if kind == "records":
+        if partitions % VNODE_COUNT:
+            raise InvalidArgument(
+                f"a record log has a multiple of {VNODE_COUNT} partitions, not {partitions}"
+            )
+        layout = RecordLogLayout(version=3, partitions=partitions, kind=kind)
     return encode_checked(layout, what=LAYOUT_PATH, max_bytes=EVENT_LOG_LAYOUT_BYTES_MAX)
 
 
-def decode_layout(body: bytes) -> int:
-    """The declared partition count; Refused for a layout-1 log, CorruptRecord otherwise."""
+def decode_layout(body: bytes) -> LogLayout:
+    """The declared partition count and kind (layout 2: ints; 3: records); Refused for a
+    layout-1 log, CorruptRecord otherwise."""
+    layout: EventLogLayout | RecordLogLayout
     try:
         layout = decode(body, EventLogLayout, key=LAYOUT_PATH, max_bytes=EVENT_LOG_LAYOUT_BYTES_MAX)
     except CorruptRecord:
-        _refuse_layout_one(body)
-        raise
-    if not 1 <= layout.partitions <= EVENT_LOG_PARTITIONS_MAX:
+        try:
+            layout = decode(
+                body, RecordLogLayout, key=LAYOUT_PATH, max_bytes=EVENT_LOG_LAYOUT_BYTES_MAX
+            )
+        except CorruptRecord:
+            _refuse_layout_one(body)
+            raise
+    kind: LogKind = "ints" if isinstance(layout, EventLogLayout) else "records"
+    step = VNODE_COUNT if kind == "records" else 1
+    if not 1 <= layout.partitions <= EVENT_LOG_PARTITIONS_MAX or layout.partitions % step:
         raise CorruptRecord(
             f"{LAYOUT_PATH}: partition count {layout.partitions} is outside "
-            f"1..={EVENT_LOG_PARTITIONS_MAX}",
+            f"1..={EVENT_LOG_PARTITIONS_MAX} or not a multiple of {step}",
             key=LAYOUT_PATH,
         )
-    return layout.partitions
+    return LogLayout(layout.partitions, kind)
 
 
 def _refuse_layout_one(body: bytes) -> None:

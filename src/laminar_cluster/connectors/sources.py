@@ -1,0 +1,27 @@
+"""Source declarations a job names: where its events come from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laminar_cluster.connectors.eventlog_records import (
+    RECORD_PARTITIONS_DEFAULT,
+    check_record_partitions,
+)
+
+
+# TODO(integrator): subclass jobs.SourceSpec
+@dataclass(frozen=True, slots=True)
+class EventLogSource:
+    """The store's record log (written by `Producer` or `laminar-cluster produce --file`):
+    `partitions` partitions (a multiple of 256), partition p read by the owner of vnode
+    p % 256, offsets cut in every checkpoint."""
+
+    partitions: int = RECORD_PARTITIONS_DEFAULT
+
+    def __post_init__(self) -> None:
+        check_record_partitions(self.partitions)
+
+    def describe(self) -> str:
+        """One line for logs."""
+        return f"event log of records, {self.partitions} partitions"
