@@ -8,11 +8,11 @@ from laminar_cluster.connectors.eventlog_records import (
     RECORD_PARTITIONS_DEFAULT,
     check_record_partitions,
 )
+from laminar_cluster.jobs import SourceSpec
 
 
-# TODO(integrator): subclass jobs.SourceSpec
-@dataclass(frozen=True, slots=True)
-class EventLogSource:
+@dataclass(frozen=True)
+class EventLogSource(SourceSpec):
     """The store's record log (written by `Producer` or `laminar-cluster produce --file`):
     `partitions` partitions (a multiple of 256), partition p read by the owner of vnode
     p % 256, offsets cut in every checkpoint."""

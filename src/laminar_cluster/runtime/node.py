@@ -72,6 +72,7 @@ from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.counted import CountedCheckpointer, CountedRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
+from laminar_cluster.runtime.job_node import JobRuntime
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import ObjectStore
 
@@ -149,11 +150,15 @@ class StreamNode:
         metrics: StreamMetrics | None = None,
         store_wrapper: StoreWrapper | None = None,
         data_plane: PlaneFactory | None = None,
+        job: JobRuntime | None = None,
     ) -> None:
         self.stream = stream or StreamNodeConfig()
         self.metrics = metrics
         self.log = log
+        self.job = job
         self._plane_factory = data_plane or self._stream_engine
+        self._inner: ClusterCheckpointer | None = None
+        self._proof: Callable[[], LeaderProof | None] = lambda: None
         self.engine: EngineView | None = None
         self.participant: CheckpointParticipant | None = None
         self.checkpoints: Counter[str] = Counter()  # calls this node led, by verdict/"failed"
@@ -194,7 +199,10 @@ class StreamNode:
         return () if engine is None else tuple(engine.host.restoring)
 
     def _stream_engine(self, store: ObjectStore, clock: Clock) -> DataPlane:
-        """The default data plane: the reference engine over the store's event log."""
+        """The default data plane: the job's (`JobRuntime.plane`), else the reference engine
+        over the store's event log."""
+        if self.job is not None:
+            return self.job.plane(store, clock, self.stream.engine)
         return StreamEngine(
             clock=clock,
             log=EventLog(store, clock=clock),
@@ -238,6 +246,7 @@ class StreamNode:
             pointed=self._wake_participant,
             next_prepare=self.node.next_checkpoint_s,
         )
+        self._inner, self._proof = inner, proof
         self.quiet = QuietCheckpoints(
             lambda: inner.quiet_basis, proof, self._quiescent_through, self._membership_view
         )
@@ -274,6 +283,10 @@ class StreamNode:
 
     def _checkpoint_finished(self, duration_s: float, verdict: CheckpointVerdict | None) -> None:
         self.checkpoints["failed" if verdict is None else verdict.value] += 1
+        deliverer = None if self.job is None else self.job.deliverer
+        last = None if self._inner is None else self._inner.last
+        if deliverer is not None and last is not None and verdict is CheckpointVerdict.COMMIT:
+            deliverer.committed(last.checkpoint_id)
         if self.metrics is not None:
             self.metrics.checkpoint_finished(duration_s, verdict)
 
@@ -296,11 +309,18 @@ class StreamNode:
         )
         self.participant = participant
         observer = _Observer(self, engine)
-        return [
+        tasks: list[NodeTask] = [
             ("engine", engine.host.run(shutdown)),
             ("participant", participant.run(shutdown)),
             ("observer", observer.run(shutdown)),
         ]
+        if self.job is not None:
+            deliverer = self.job.open_deliverer(
+                self.node.store, ctx.authority, lambda: self._proof() is not None
+            )
+            if deliverer is not None:
+                tasks.append(("delivery", deliverer.run(shutdown)))
+        return tasks
 
 
 @dataclass(slots=True)

@@ -1,0 +1,137 @@
+"""`JobRuntime`: what a node needs to run a user's job (docs/jobs.md): the data plane (the
+reference engine over the store's record log, each batch through a `JobProcessor`) and, on
+the leader, the `Deliverer` of committed output to the job's sinks.
+
+`load_job("my_pkg.jobs:clicks")` imports a job by its path, the way `--job` names it; every
+way it can fail is one InvalidArgument line saying what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from laminar_cluster.clock import Clock
+from laminar_cluster.connectors.delivery import Sink
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.sources import EventLogSource
+from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.jobs import Job, Program, compile_job
+from laminar_cluster.lease.lease_store import LeaderLeaseStore
+from laminar_cluster.runtime.delivery import Deliverer, JobSink
+from laminar_cluster.runtime.engine import StreamEngine
+from laminar_cluster.runtime.engine_types import BatchReader, EngineConfig, SourceBatch
+from laminar_cluster.runtime.job_processor import JobProcessor
+from laminar_cluster.store import ObjectStore
+
+
+def load_job(path: str) -> Job:
+    """The `Job` at `module:attribute`; the working directory is importable, as with `python
+    -m`. InvalidArgument, one line, for a path that does not name a job."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidArgument(f"job {path!r}: write it as module:attribute, e.g. my_jobs:clicks")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # the user's module: any error is theirs to fix
+        raise InvalidArgument(
+            f"job {path}: module {module_name} does not import: {type(error).__name__}: {error}"
+        ) from error
+    job = getattr(module, attribute, None)
+    if job is None:
+        raise InvalidArgument(f"job {path}: module {module_name} has no attribute {attribute}")
+    if not isinstance(job, Job):
+        raise InvalidArgument(
+            f"job {path}: {attribute} is a {type(job).__name__}, not a laminar_cluster.Job"
+        )
+    return job
+
+
+def connector_sinks(job: Job) -> list[Sink]:
+    """The job's sinks, each a connector's `Sink` (InvalidArgument for another declaration)."""
+    sinks = []
+    for spec in job.sinks:
+        if not isinstance(spec, Sink):
+            raise InvalidArgument(
+                f"job {job.name}: sink {spec.describe()} is not a laminar_cluster sink "
+                "(ParquetSink, JsonLinesSink, PostgresSink)"
+            )
+        sinks.append(spec)
+    return sinks
+
+
+def read_records(log: EventLog) -> BatchReader:
+    """The record log's reader: each batch's events are the records' JSON bytes."""
+
+    async def read(partition: int, offset: int, max_events: int, *, deadline: float) -> SourceBatch:
+        records, next_offset = await log.read_records(
+            partition, offset, max_events, deadline=deadline
+        )
+        return SourceBatch(offset, next_offset, records)
+
+    return read
+
+
+@dataclass(slots=True)
+class JobRuntime:
+    """A compiled job and its node-side settings (seconds)."""
+
+    program: Program
+    idle_close_s: float | None = None  # close an idle vnode's windows (None: never)
+    delivery_poll_s: float = 5.0
+    processor: JobProcessor | None = field(default=None, init=False)
+    deliverer: Deliverer | None = field(default=None, init=False)
+
+    @classmethod
+    def of(cls, job: Job, *, idle_close_s: float | None = None) -> JobRuntime:
+        """Compile `job`; InvalidArgument if it is incomplete or names a source or sink this
+        runtime cannot run."""
+        program = compile_job(job)
+        if not isinstance(job.source_spec, EventLogSource):
+            source = "none" if job.source_spec is None else job.source_spec.describe()
+            raise InvalidArgument(
+                f"job {job.name}: source {source} is not one a node runs; use EventLogSource()"
+            )
+        connector_sinks(job)
+        return cls(program, idle_close_s=idle_close_s)
+
+    @property
+    def name(self) -> str:
+        return self.program.job.name
+
+    def plane(self, store: ObjectStore, clock: Clock, config: EngineConfig) -> StreamEngine:
+        """The data plane: the store's record log through this job."""
+        log = EventLog(store, clock=clock)
+        self.processor = JobProcessor(self.program, clock, idle_close_s=self.idle_close_s)
+        return StreamEngine(
+            clock=clock,
+            log=log,
+            processor=self.processor,
+            config=config,
+            read=read_records(log),
+        )
+
+    def open_deliverer(
+        self, store: ObjectStore, authority: LeaderLeaseStore, leading: Callable[[], bool]
+    ) -> Deliverer | None:
+        """The leader's deliverer to the job's sinks (None: the job has none)."""
+        sinks = [
+            JobSink(sink.describe(), sink.stream, sink.open(store, authority.clock))
+            for sink in connector_sinks(self.program.job)
+        ]
+        if not sinks:
+            return None
+        self.deliverer = Deliverer(
+            authority,
+            authority.clock,
+            self.name,
+            sinks,
+            leading=leading,
+            poll_s=self.delivery_poll_s,
+        )
+        return self.deliverer

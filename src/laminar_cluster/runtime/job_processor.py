@@ -1,0 +1,155 @@
+"""`JobProcessor`: a user's compiled job (`jobs.Program`) as the engine's `Processor`
+(docs/jobs.md; the cut rules are the reference processor's, runtime/processor.py).
+
+Per vnode it keeps the job's `VnodeRun` (every key's state, open windows, the watermark) and
+the vnode's *pending* output: the `Emit`s since its last committed cut, in order.
+
+* `process`: each event of a record log's batch is decoded (`Program.decode_event`); an event
+  that is not a JSON object of the job's type goes to the dead-letter stream with its partition
+  and offset (counted), the rest run through the job in order.
+* `capture`: for each vnode, the job's windows close first when its vnode saw no event for
+  `idle_close_s` (end of input: the watermark cannot move without events), the running
+  aggregates flush, and the state is encoded *now* (`VnodeRun.snapshot`, synchronous: its cost
+  grows with the state, docs/jobs.md "State size"); the pending output is in flight. The
+  encoder, in a worker thread, encodes the in-flight records: the participant's output, which
+  the leader delivers to the job's sinks once the checkpoint committed (`runtime.delivery`).
+* `commit_output`: the in-flight records are history; `abort_output`: they stay pending, and
+  the next cut emits them again before what came after.
+
+Output bytes: msgspec msgpack of a list of `[stream, record]` pairs (`encode_output`,
+`decode_output`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.jobs import BadEvent, Emit, Program, VnodeRun
+from laminar_cluster.runtime.engine_types import SourceBatch
+from laminar_cluster.runtime.processor import EncodedCut
+
+_OUTPUT_ENCODER: Final = msgspec.msgpack.Encoder()
+_OUTPUT_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[str, dict[str, Any]]])
+
+
+def encode_output(emits: Sequence[Emit]) -> bytes:
+    """The output bytes of `emits` (InvalidArgument when a record holds a non-JSON value)."""
+    try:
+        return _OUTPUT_ENCODER.encode([(emit.stream, emit.record) for emit in emits])
+    except (TypeError, OverflowError) as error:
+        raise InvalidArgument(f"job output: a record cannot be encoded: {error}") from error
+
+
+def decode_output(data: bytes, *, what: str) -> list[Emit]:
+    """The emits of one participant's output; CorruptRecord if `data` is not that."""
+    try:
+        pairs = _OUTPUT_DECODER.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise CorruptRecord(f"{what}: not a job output: {error}") from None
+    return [Emit(stream, record) for stream, record in pairs]
+
+
+class JobProcessor:
+    """Runs `program` per vnode for the engine (module docstring)."""
+
+    def __init__(self, program: Program, clock: Clock, *, idle_close_s: float | None) -> None:
+        if idle_close_s is not None and idle_close_s <= 0:
+            raise InvalidArgument(f"job idle_close_s {idle_close_s} must be positive")
+        self.program, self.clock, self.idle_close_s = program, clock, idle_close_s
+        self._runs: dict[int, VnodeRun] = {}
+        self._pending: dict[int, list[Emit]] = {}
+        self._in_flight: dict[int, int] = {}  # vnode -> how many pending emits are in flight
+        self._last_event_s: dict[int, float] = {}
+        self.bad_events = 0
+
+    # -- Processor -----------------------------------------------------------------------------
+    def restore(self, vnode: int, state: bytes | None) -> None:
+        """Install the vnode's committed state (None: a new, empty run)."""
+        run = self.program.new_vnode() if state is None else self.program.restore_vnode(state)
+        self.drop(vnode)
+        self._runs[vnode], self._pending[vnode] = run, []
+        # A restored run's windows close after idle_close_s without events, like any other.
+        self._last_event_s[vnode] = self.clock.monotonic()
+
+    def process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
+        """Decode and run the batch's records; unparseable ones go to the dead letters."""
+        run, out = self._run(vnode)
+        program, start = self.program, batch.first_offset
+        good: list[Any] = []
+        for index, raw in enumerate(batch.events):
+            try:
+                good.append(program.decode_event(raw))
+            except BadEvent as error:
+                if good:
+                    run.process(good, partition=partition, first_offset=start, out=out)
+                offset = batch.first_offset + index
+                out.append(program.dead_letter_for(raw, error, partition=partition, offset=offset))
+                self.bad_events += 1
+                good, start = [], batch.first_offset + index + 1
+        if good:
+            run.process(good, partition=partition, first_offset=start, out=out)
+        self._last_event_s[vnode] = self.clock.monotonic()
+
+    def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
+        """Close idle windows, flush, encode each vnode's state now; its output goes in flight."""
+        states: dict[int, bytes] = {}
+        records: list[Emit] = []
+        for vnode in vnodes:
+            run, out = self._run(vnode)
+            if self._idle(vnode):
+                run.close_windows(out)
+            run.flush(out)
+            states[vnode] = run.snapshot()
+            self._in_flight[vnode] = len(out)
+            records.extend(out)
+
+        def encode() -> EncodedCut:
+            return EncodedCut(states=states, output=encode_output(records))
+
+        return encode
+
+    def commit_output(self, vnode: int) -> None:
+        """The in-flight emits are history."""
+        count = self._in_flight.pop(vnode, 0)
+        pending = self._pending.get(vnode)
+        if pending is not None and count:
+            del pending[:count]
+
+    def abort_output(self, vnode: int) -> None:
+        """The in-flight emits stay pending (the next cut emits them again)."""
+        self._in_flight.pop(vnode, None)
+
+    def drop(self, vnode: int) -> None:
+        """Forget the vnode."""
+        self._runs.pop(vnode, None)
+        self._pending.pop(vnode, None)
+        self._in_flight.pop(vnode, None)
+        self._last_event_s.pop(vnode, None)
+
+    # -- figures -------------------------------------------------------------------------------
+    def figures(self) -> dict[str, int]:
+        """Late events and dead letters of the vnodes held now, and unparseable events."""
+        runs = self._runs.values()
+        return {
+            "late_events": sum(run.late_events for run in runs),
+            "dead_letters": sum(run.dead_letters for run in runs) + self.bad_events,
+            "bad_events": self.bad_events,
+        }
+
+    def _run(self, vnode: int) -> tuple[VnodeRun, list[Emit]]:
+        run = self._runs.get(vnode)
+        if run is None:  # the engine restores every vnode before use; be safe anyway
+            run = self._runs[vnode] = self.program.new_vnode()
+            self._pending[vnode] = []
+        return run, self._pending[vnode]
+
+    def _idle(self, vnode: int) -> bool:
+        last_s = self._last_event_s.get(vnode)
+        if self.idle_close_s is None or last_s is None:
+            return False
+        return self.clock.monotonic() - last_s >= self.idle_close_s

@@ -1,0 +1,141 @@
+"""`JobProcessor`: a job's output is in flight at a cut, history at commit, pending again at
+abort; unparseable events go to the dead letters with their offsets; idle windows close at a
+cut; a restored state continues the job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from laminar_cluster.clock.simulated import SimulatedClock
+from laminar_cluster.errors import CorruptRecord, InvalidArgument
+from laminar_cluster.jobs import Count, Job, Sum, Tumbling
+from laminar_cluster.jobs import compile_job as compile_
+from laminar_cluster.runtime.engine_types import SourceBatch
+from laminar_cluster.runtime.job_processor import JobProcessor, decode_output, encode_output
+from tests.jobs.support import ListSink, ListSource
+
+
+def _counts() -> Job:
+    return (
+        Job("counts")
+        .source(ListSource())
+        .key_by(lambda e: e["user"], name="user")
+        .aggregate(Count(), Sum(lambda e: e["n"], name="total"))
+        .sink(ListSink("main"))
+    )
+
+
+def _windows() -> Job:
+    return (
+        Job("windows")
+        .source(ListSource())
+        .key_by(lambda e: e["user"], name="user")
+        .event_time(lambda e: e["ts"], out_of_orderness_ms=0)
+        .window(Tumbling(size_ms=1_000), Count())
+        .sink(ListSink("main"))
+    )
+
+
+def _batch(first: int, *events: object) -> SourceBatch:
+    raw = [e if isinstance(e, bytes) else json.dumps(e).encode() for e in events]
+    return SourceBatch(first, first + len(raw), raw)
+
+
+def _output(processor: JobProcessor, *vnodes: int) -> list[tuple[str, dict[str, object]]]:
+    cut = processor.capture(vnodes)()
+    return [(e.stream, e.record) for e in decode_output(cut.output, what="test")]
+
+
+def test_output_is_in_flight_at_a_cut_and_history_after_commit() -> None:
+    processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
+    processor.restore(3, None)
+    processor.process(3, 3, _batch(0, {"user": "a", "n": 2}, {"user": "a", "n": 5}))
+    assert _output(processor, 3) == [("main", {"user": "a", "count": 2, "total": 7})]
+    processor.commit_output(3)
+    processor.process(3, 3, _batch(2, {"user": "b", "n": 1}))
+    assert _output(processor, 3) == [("main", {"user": "b", "count": 1, "total": 1})]
+
+
+def test_an_aborted_cut_emits_its_output_again_before_what_came_after() -> None:
+    processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
+    processor.restore(0, None)
+    processor.process(0, 0, _batch(0, {"user": "a", "n": 1}))
+    first = _output(processor, 0)
+    processor.abort_output(0)
+    processor.process(0, 0, _batch(1, {"user": "a", "n": 1}))
+    assert _output(processor, 0) == [
+        *first,
+        ("main", {"user": "a", "count": 2, "total": 2}),
+    ]
+
+
+def test_an_unparseable_event_is_a_dead_letter_with_its_offset_and_the_rest_run() -> None:
+    processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
+    processor.restore(0, None)
+    processor.process(
+        0, 256, _batch(10, {"user": "a", "n": 1}, b"{not json", {"user": "a", "n": 4})
+    )
+    output = _output(processor, 0)
+    dead = [record for stream, record in output if stream == "dead_letter"]
+    assert [(d["partition"], d["offset"]) for d in dead] == [(256, 11)]
+    assert ("main", {"user": "a", "count": 2, "total": 5}) in output
+    assert processor.figures()["bad_events"] == 1
+
+
+class _Clock:
+    """Monotonic time only (all the processor reads), moved by hand."""
+
+    now_s = 0.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+
+def test_windows_of_an_idle_vnode_close_at_a_cut_after_idle_close_s() -> None:
+    clock = _Clock()
+    processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
+    processor.restore(1, None)
+    processor.process(1, 1, _batch(0, {"user": "a", "ts": 100}, {"user": "a", "ts": 200}))
+    assert _output(processor, 1) == []  # the watermark has not passed the window
+    processor.commit_output(1)
+    clock.now_s = 4.9
+    assert _output(processor, 1) == []
+    processor.commit_output(1)
+    clock.now_s = 5.0
+    assert _output(processor, 1) == [
+        ("main", {"user": "a", "window_start_ms": 0, "window_end_ms": 1_000, "count": 2})
+    ]
+
+
+def test_a_restored_cut_continues_the_job() -> None:
+    program = compile_(_counts())
+    processor = JobProcessor(program, SimulatedClock(), idle_close_s=None)
+    processor.restore(7, None)
+    processor.process(7, 7, _batch(0, {"user": "a", "n": 3}))
+    state = processor.capture((7,))().states[7]
+    other = JobProcessor(program, SimulatedClock(), idle_close_s=None)
+    other.restore(7, state)
+    other.process(7, 7, _batch(1, {"user": "a", "n": 4}))
+    assert _output(other, 7) == [("main", {"user": "a", "count": 2, "total": 7})]
+
+
+def test_a_cut_of_another_job_is_refused() -> None:
+    state = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
+    state.restore(0, None)
+    data = state.capture((0,))().states[0]
+    windows = JobProcessor(compile_(_windows()), SimulatedClock(), idle_close_s=None)
+    with pytest.raises(CorruptRecord):
+        windows.restore(0, data)
+
+
+def test_output_bytes_round_trip_and_garbage_is_corrupt() -> None:
+    from laminar_cluster.jobs import Emit
+
+    emits = [Emit("main", {"a": 1}), Emit("late", {"b": "x"})]
+    assert decode_output(encode_output(emits), what="t") == emits
+    with pytest.raises(CorruptRecord):
+        decode_output(b"\x01\x02", what="t")
+    with pytest.raises(InvalidArgument):
+        encode_output([Emit("main", {"a": object()})])
