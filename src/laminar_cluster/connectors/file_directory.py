@@ -168,16 +168,24 @@ def newest_checkpoint(base: str, prefix: str, file_format: FileFormat) -> int | 
     found = ((parse_checkpoint_directory(name), name) for name in names)
     checkpoints = sorted(((c, n) for c, n in found if c is not None), reverse=True)
     for checkpoint_id, name in checkpoints[:CHECKPOINT_DIRECTORIES_MAX]:
-        try:
-            files = os.listdir(os.path.join(base, name))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as error:
-            raise StoreUnavailable(f"{base}/{name}: cannot list: {error}") from error
-        keys = (f"{prefix}{name}/{file}" for file in files)
-        if any(parse_delivery_path(prefix, file_format.extension, key) for key in keys):
+        if _holds_a_delivery(os.path.join(base, name), f"{prefix}{name}/", prefix, file_format):
             return checkpoint_id
     return None
+
+
+def _holds_a_delivery(directory: str, key_prefix: str, prefix: str, fmt: FileFormat) -> bool:
+    """Whether `directory` holds a regular file named as one of this sink's deliveries."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(
+                parse_delivery_path(prefix, fmt.extension, key_prefix + entry.name) is not None
+                and entry.is_file(follow_symlinks=False)
+                for entry in entries
+            )
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise StoreUnavailable(f"{directory}: cannot list: {error}") from error
 
 
 def _sync_directory(directory: str) -> None:
