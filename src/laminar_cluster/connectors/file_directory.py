@@ -93,7 +93,8 @@ class DirectorySinkWriter:
 
 def create_file(path: str, temp_name: str, body: bytes, now_ms: int) -> bool:
     """FD-1: create `path` holding `body` exclusively and atomically; False if it exists.
-    StoreUnavailable (nothing visible changed) for a file system error."""
+    StoreUnavailable for a file system error: before the link nothing visible changed; after it
+    (the directory fsync failed) the file is there and a retry returns False."""
     directory = os.path.dirname(path)
     temp = os.path.join(directory, temp_name)
     try:
