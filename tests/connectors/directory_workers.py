@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.connectors import JsonLinesSink, ParquetSink
+from laminar_cluster.connectors.files import JsonLinesSink, ParquetSink
 from laminar_cluster.store import open_store
 from tests.connectors.support import deadline, delivery
 

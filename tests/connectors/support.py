@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.connectors import Delivery
+from laminar_cluster.connectors.delivery import Delivery
 from laminar_cluster.store import ObjectStore
 
 JOB = "clicks"

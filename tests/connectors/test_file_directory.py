@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.connectors import Delivery, JsonLinesSink, ParquetSink
 from laminar_cluster.connectors import file_directory as directory_module
+from laminar_cluster.connectors.delivery import Delivery
+from laminar_cluster.connectors.files import JsonLinesSink, ParquetSink
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore

@@ -38,8 +38,9 @@ def _top(path: str) -> str:
 
 
 # The first key segments the cluster itself writes under. `events` and `event-log-ends` are the
-# runtime's event log (runtime/eventlog_segments.py, eventlog_ends.py: a later layer, so named
-# here), `bench` the benchmarks' scratch space, `assignment` reserved.
+# event log's (connectors/eventlog_segments.py, eventlog_ends.py; named here, checked by
+# test_every_prefix_the_cluster_writes_under_is_refused), `bench` the benchmarks' scratch
+# space, `assignment` reserved.
 RESERVED_TOP_SEGMENTS: Final = frozenset(
     {
         _top(CHECKPOINTS_PREFIX),
