@@ -272,10 +272,10 @@ def test_bad_prefix_is_refused_with_a_message_naming_it(
 def test_every_prefix_the_cluster_writes_under_is_refused() -> None:
     from laminar_cluster.assignment import paths as assignment_paths
     from laminar_cluster.checkpoint import paths as checkpoint_paths
+    from laminar_cluster.connectors import eventlog_ends, eventlog_segments
     from laminar_cluster.coordinator import paths as coordinator_paths
     from laminar_cluster.lease import paths as lease_paths
     from laminar_cluster.membership import paths as membership_paths
-    from laminar_cluster.connectors import eventlog_ends, eventlog_segments
 
     modules = (assignment_paths, checkpoint_paths, coordinator_paths, lease_paths)
     modules += (membership_paths, eventlog_ends, eventlog_segments)

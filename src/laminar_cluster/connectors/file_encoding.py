@@ -1,5 +1,5 @@
-"""Encoding one delivery's records as the bytes of one file (pure, synchronous, CPU-bound:
-the writer runs it in a worker thread).
+"""Encoding one delivery's records as the bytes of one file (pure, synchronous, CPU-bound;
+`encode_within` runs it in a worker thread under a deadline, for the writers).
 
 * Parquet (pyarrow, the `parquet` extra): one column per record field, in the order the
   fields first appear; a record without a field has null there. Column types are inferred per
@@ -16,6 +16,7 @@ Records are written as they are: no columns are added (the key names the checkpo
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import io
 import itertools
@@ -24,7 +25,8 @@ from typing import Any, Final
 
 import msgspec
 
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.clock import Clock
+from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 
 # The most bytes one file may have: S3's limit for one PUT (larger objects need multipart
 # uploads, which are not atomic create-only writes on every store).
@@ -60,6 +62,25 @@ def encode_file(
     if len(body) > FILE_BYTES_MAX:
         raise InvalidArgument(f"{key}: file is {len(body)} bytes; maximum is {FILE_BYTES_MAX}")
     return body
+
+
+async def encode_within(
+    clock: Clock,
+    file_format: FileFormat,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    key: str,
+    deadline: float,
+) -> bytes:
+    """`encode_file` in a worker thread; DeadlineExceeded if `deadline` passes first (the
+    thread then finishes on its own and its result is dropped)."""
+    if clock.monotonic() >= deadline:
+        raise DeadlineExceeded(f"{key}: deadline passed before encoding")
+    try:
+        async with clock.timeout_at(deadline):
+            return await asyncio.to_thread(encode_file, file_format, records, key=key)
+    except TimeoutError as error:
+        raise DeadlineExceeded(f"{key}: deadline passed while encoding") from error
 
 
 def encode_json_lines(records: Sequence[Mapping[str, Any]], *, key: str) -> bytes:

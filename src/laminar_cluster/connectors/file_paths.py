@@ -38,8 +38,9 @@ def _top(path: str) -> str:
 
 
 # The first key segments the cluster itself writes under. `events` and `event-log-ends` are the
-# runtime's event log (runtime/eventlog_segments.py, eventlog_ends.py: a later layer, so named
-# here), `bench` the benchmarks' scratch space, `assignment` reserved.
+# event log's (connectors/eventlog_segments.py, eventlog_ends.py; named here, checked by
+# test_every_prefix_the_cluster_writes_under_is_refused), `bench` the benchmarks' scratch
+# space, `assignment` reserved.
 RESERVED_TOP_SEGMENTS: Final = frozenset(
     {
         _top(CHECKPOINTS_PREFIX),
@@ -69,6 +70,7 @@ RESERVED_TOP_SEGMENTS: Final = frozenset(
 RESERVED_TOP_STEM: Final = "checkpoint"
 
 _DELIVERY = re.compile(r"checkpoint=([0-9]{20})/node=([0-9]{20})\.([a-z]+)")
+_CHECKPOINT_DIRECTORY = re.compile(r"checkpoint=([0-9]{20})")
 
 
 def validate_sink_prefix(prefix: str) -> str:
@@ -94,6 +96,20 @@ def validate_sink_prefix(prefix: str) -> str:
     return prefix
 
 
+def bind_job(bound: str | None, job: str, where: str) -> str:
+    """The job a writer serves after a call naming `job`: `job` if none was bound yet, else the
+    bound one; InvalidArgument for a bad name or a second job (two jobs must not share a
+    prefix: the key does not name the job)."""
+    if not isinstance(job, str) or not job:
+        raise InvalidArgument(f"{where}: job name must be a non-empty str, not {job!r}")
+    if bound is not None and job != bound:
+        raise InvalidArgument(
+            f"{where}: this sink writer serves job {bound!r}, not {job!r}; "
+            "two jobs must not share a sink prefix"
+        )
+    return job
+
+
 def check_ids(checkpoint_id: int, node_id: int) -> None:
     """InvalidArgument unless checkpoint_id is a u64 and node_id a nonzero u64."""
     for what, value, minimum in (("checkpoint id", checkpoint_id, 0), ("node id", node_id, 1)):
@@ -117,6 +133,14 @@ def delivery_path(prefix: str, extension: str, checkpoint_id: int, node_id: int)
     """The key of one participant's delivery of one checkpoint."""
     check_ids(checkpoint_id, node_id)
     return f"{prefix}{CHECKPOINT_SEGMENT}{checkpoint_id:020d}/node={node_id:020d}.{extension}"
+
+
+def parse_checkpoint_directory(name: str) -> int | None:
+    """The checkpoint id of a directory name `checkpoint={id:020d}`, None for any other name."""
+    match = _CHECKPOINT_DIRECTORY.fullmatch(name)
+    if match is None or int(match.group(1)) > U64_MAX:
+        return None
+    return int(match.group(1))
 
 
 def parse_delivery_path(prefix: str, extension: str, key: str) -> tuple[int, int] | None:

@@ -1,12 +1,14 @@
-"""Exactly-once file sinks: Parquet and JSON Lines files in the bucket
-(docs/protocols/file-sink.md).
+"""Exactly-once file sinks: Parquet and JSON Lines files in the bucket, in another bucket or in
+a plain local directory (docs/protocols/file-sink.md; the sink's `url`, `file_targets`).
 
-Each delivery (one participant's records of one committed checkpoint) becomes one object,
+On an object store (the cluster's, or the one `url` names), each delivery (one participant's
+records of one committed checkpoint) becomes one object,
 `{prefix}checkpoint={checkpoint_id:020d}/node={node_id:020d}.parquet` (or `.jsonl`), written
 create-only, so files appear only for committed checkpoints, whole or not at all, and a replay
 finds its file there and writes nothing (FO-1, FO-2). One file per participant per committed
 checkpoint that has output: an empty delivery writes nothing. The job's name is not in the key:
-one prefix per job, and two jobs must never share a prefix.
+one prefix per job, and two jobs must never share a prefix. A plain directory has the same
+layout, written by `file_directory.DirectorySinkWriter` (create by hard link, FD-1 .. FD-3).
 
 Readers take the files as they are, e.g. DuckDB:
 `SELECT * FROM read_parquet('s3://bucket/out/clicks/**/*.parquet', union_by_name=true)` or
@@ -16,15 +18,16 @@ directory names unless `hive_partitioning=false`.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from laminar_cluster.clock import Clock, retry_until
 from laminar_cluster.codec.types import U64_MAX
 from laminar_cluster.connectors.delivery import Delivery, Sink, SinkWriter
-from laminar_cluster.connectors.file_encoding import FileFormat, encode_file
+from laminar_cluster.connectors.file_directory import DirectorySinkWriter
+from laminar_cluster.connectors.file_encoding import FileFormat, encode_within
 from laminar_cluster.connectors.file_paths import (
+    bind_job,
     check_ids,
     checkpoint_offset,
     checkpoints_prefix,
@@ -32,16 +35,22 @@ from laminar_cluster.connectors.file_paths import (
     parse_delivery_path,
     validate_sink_prefix,
 )
+from laminar_cluster.connectors.file_targets import shown_url, sink_directory
 from laminar_cluster.errors import (
     CorruptRecord,
-    DeadlineExceeded,
-    InvalidArgument,
     ObjectAlreadyExists,
     ObjectNotFound,
     StoreUnavailable,
     WriteOutcomeUnknown,
 )
-from laminar_cluster.store import CREATE, ObjectMeta, ObjectStore, ReadBack, read_back
+from laminar_cluster.store import (
+    CREATE,
+    ObjectMeta,
+    ObjectStore,
+    ReadBack,
+    open_store,
+    read_back,
+)
 
 LIST_PAGE_KEYS: Final = 1_000  # keys of the first listing; fewer back means the whole prefix
 PROBE_KEYS: Final = 8  # keys per probe of the search for the newest checkpoint
@@ -53,41 +62,69 @@ SEARCH_PROBES_MAX: Final = 2 * 66  # galloping then bisecting over 0..=U64_MAX
 class ParquetSink(Sink):
     """Parquet files (zstd) under `prefix`, one per participant per committed checkpoint with
     output, of the records of Emit stream `stream`. Columns are inferred per file: read with
-    `union_by_name`. See `file_encoding` for the records Parquet cannot hold."""
+    `union_by_name`. See `file_encoding` for the records Parquet cannot hold.
+
+    `url`: where the files go (`file_targets`): None for the cluster's own store, a plain
+    directory (`file:///abs/dir`) whose files readers take in place, or a separate object store
+    (`s3://bucket`)."""
 
     prefix: str
+    url: str | None = field(default=None, kw_only=True, repr=False)  # may hold secrets
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        validate_sink_prefix(self.prefix)
+        _check_target(self.prefix, self.url)
 
     def describe(self) -> str:
-        """One line for logs."""
-        return f"Parquet files under {self.prefix} (stream {self.stream})"
+        """One line for logs (no secrets)."""
+        return f"Parquet files under {self.prefix}{_where(self.url)} (stream {self.stream})"
 
     def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
-        """The writer of this sink on `store`."""
-        return FileSinkWriter(store, clock, prefix=self.prefix, file_format=FileFormat.PARQUET)
+        """The writer of this sink: on `store` when `url` is None, else on its target."""
+        return _open_writer(self.url, store, clock, self.prefix, FileFormat.PARQUET)
 
 
 @dataclass(frozen=True)
 class JsonLinesSink(Sink):
     """JSON Lines files under `prefix`, one per participant per committed checkpoint with
-    output, of the records of Emit stream `stream`: one JSON object per line, UTF-8."""
+    output, of the records of Emit stream `stream`: one JSON object per line, UTF-8. `url` as
+    for `ParquetSink`."""
 
     prefix: str
+    url: str | None = field(default=None, kw_only=True, repr=False)  # may hold secrets
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        validate_sink_prefix(self.prefix)
+        _check_target(self.prefix, self.url)
 
     def describe(self) -> str:
-        """One line for logs."""
-        return f"JSON Lines files under {self.prefix} (stream {self.stream})"
+        """One line for logs (no secrets)."""
+        return f"JSON Lines files under {self.prefix}{_where(self.url)} (stream {self.stream})"
 
     def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
-        """The writer of this sink on `store`."""
-        return FileSinkWriter(store, clock, prefix=self.prefix, file_format=FileFormat.JSON_LINES)
+        """The writer of this sink: on `store` when `url` is None, else on its target."""
+        return _open_writer(self.url, store, clock, self.prefix, FileFormat.JSON_LINES)
+
+
+def _check_target(prefix: str, url: str | None) -> None:
+    validate_sink_prefix(prefix)
+    sink_directory(url)  # InvalidArgument for a URL that names no target
+
+
+def _where(url: str | None) -> str:
+    return "" if url is None else f" in {shown_url(url)}"
+
+
+def _open_writer(
+    url: str | None, store: ObjectStore, clock: Clock, prefix: str, file_format: FileFormat
+) -> SinkWriter:
+    directory = sink_directory(url)
+    if directory is not None:
+        return DirectorySinkWriter(directory, clock, prefix=prefix, file_format=file_format)
+    if url is None:
+        return FileSinkWriter(store, clock, prefix=prefix, file_format=file_format)
+    own = open_store(url)  # a separate store, closed by the writer's close()
+    return FileSinkWriter(own, clock, prefix=prefix, file_format=file_format, owns_store=True)
 
 
 class FileSinkWriter:
@@ -98,9 +135,16 @@ class FileSinkWriter:
     """
 
     def __init__(
-        self, store: ObjectStore, clock: Clock, *, prefix: str, file_format: FileFormat
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        *,
+        prefix: str,
+        file_format: FileFormat,
+        owns_store: bool = False,
     ) -> None:
         self.store = store
+        self.owns_store = owns_store  # close() closes the store
         self.clock = clock
         self.prefix = validate_sink_prefix(prefix)
         self.file_format = file_format
@@ -111,22 +155,16 @@ class FileSinkWriter:
         there (a replay) or the delivery is empty. A file already there is left as it is, even
         if its bytes differ from what this call would write: the first write wins, and the
         delivery counts as delivered (FO-2)."""
-        self._bind(delivery.job)
+        self.job = bind_job(self.job, delivery.job, self.prefix)
         check_ids(delivery.checkpoint_id, delivery.node_id)
         if not delivery.records:
             return False  # FO-3: no file for a checkpoint without output
         key = delivery_path(
             self.prefix, self.file_format.extension, delivery.checkpoint_id, delivery.node_id
         )
-        if self.clock.monotonic() >= deadline:
-            raise DeadlineExceeded(f"{key}: deadline passed before encoding")
-        try:
-            async with self.clock.timeout_at(deadline):
-                body = await asyncio.to_thread(
-                    encode_file, self.file_format, delivery.records, key=key
-                )
-        except TimeoutError as error:
-            raise DeadlineExceeded(f"{key}: deadline passed while encoding") from error
+        body = await encode_within(
+            self.clock, self.file_format, delivery.records, key=key, deadline=deadline
+        )
         return await self._create(key, body, deadline)
 
     async def delivered_through(self, job: str, *, deadline: float) -> int | None:
@@ -134,7 +172,7 @@ class FileSinkWriter:
         the prefix holds fewer than LIST_PAGE_KEYS objects, else at most about 130 small LISTs
         (a galloping then bisecting search over the key order, FO-4). Keys under the prefix
         that are not this sink's delivery keys are ignored."""
-        self._bind(job)
+        self.job = bind_job(self.job, job, self.prefix)
         first = await self._list(checkpoints_prefix(self.prefix), None, LIST_PAGE_KEYS, deadline)
         found = self._checkpoints(first)
         if len(first) < LIST_PAGE_KEYS:
@@ -142,18 +180,10 @@ class FileSinkWriter:
         return await self._search(max(found, default=-1), deadline)
 
     async def close(self) -> None:
-        """Nothing to release: the store belongs to the caller."""
-
-    def _bind(self, job: str) -> None:
-        if not isinstance(job, str) or not job:
-            raise InvalidArgument(f"{self.prefix}: job name must be a non-empty str, not {job!r}")
-        if self.job is None:
-            self.job = job
-        elif job != self.job:
-            raise InvalidArgument(
-                f"{self.prefix}: this sink writer serves job {self.job!r}, not {job!r}; "
-                "two jobs must not share a sink prefix"
-            )
+        """Close the store if this writer opened it (a sink `url`); the cluster's store belongs
+        to the caller."""
+        if self.owns_store:
+            await self.store.close()
 
     async def _create(self, key: str, body: bytes, deadline: float) -> bool:
         """FO-1/FO-2: create-only, retried within the deadline. A create retried after an
