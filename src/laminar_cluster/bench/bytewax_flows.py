@@ -102,6 +102,13 @@ def _event_time(event: dict[str, Any]) -> datetime:
     return _EPOCH + timedelta(milliseconds=event["ts_ms"])
 
 
+def _no_wake_up(close_at: datetime) -> datetime | None:
+    """Replayed input: windows close on later events or at EOF, never on a system-time timer
+    (with the default, a close time in 1970 is always due and wakes every key on every
+    activation)."""
+    return None
+
+
 def _window_line(item: tuple[str, tuple[int, int]]) -> str:
     key, (window, count) = item
     return json.dumps({"key": int(key), "window": window, "count": count})
@@ -118,7 +125,9 @@ def windowed_flow(input_dir: Path, output_dir: Path) -> Dataflow:
     lines = op.input("read", flow, DirSource(input_dir, glob_pat=INPUT_GLOB))
     events = op.map("parse", lines, json.loads)
     clock = EventClock(
-        ts_getter=_event_time, wait_for_system_duration=timedelta(milliseconds=OUT_OF_ORDERNESS_MS)
+        ts_getter=_event_time,
+        wait_for_system_duration=timedelta(milliseconds=OUT_OF_ORDERNESS_MS),
+        to_system_utc=_no_wake_up,
     )
     windower = TumblingWindower(length=timedelta(milliseconds=WINDOW_MS), align_to=_EPOCH)
     counted = count_window("count", events, clock, windower, key=lambda e: str(e["key"]))
