@@ -10,7 +10,8 @@ Bytewax user writes it:
   and snapshotted every epoch), the final totals emitted at the end of the input as
   `{"key": k, "count": c, "sum": s}`.
 * `windowed`: per key one-minute tumbling windows of event time `ts_ms`, aligned to 0
-  (`count_window` with an `EventClock` of `OUT_OF_ORDERNESS_MS`), each closed window emitted as
+  (`count_window` with an `EventClock` waiting `OUT_OF_ORDERNESS_MS`, windows closed by later
+  events or at the end of the input, not by a system-time timer), each closed window emitted as
   `{"key": k, "window": w, "count": c}` with w = ts_ms // 60,000, and every event Bytewax found
   late for its window as `{"key": k, "window": w, "late": 1}` (never dropped silently).
 
