@@ -1,0 +1,178 @@
+"""The Bytewax 0.21 dataflows `bench pipeline` runs as its peer, and their runner (the module a
+peer subprocess runs: `python -m laminar_cluster.bench.bytewax_flows ...`).
+
+Both flows read the pre-written JSON Lines files of `bytewax_peer.write_peer_input` through
+Bytewax's own `DirSource` (one file per workload partition, one Bytewax partition per file;
+Bytewax spreads the files over the workers) and parse each line with `json.loads`, the way a
+Bytewax user writes it:
+
+* `count_sum`: per key the count and the sum of `value` (`op.fold_final`, state kept per key
+  and snapshotted every epoch), the final totals emitted at the end of the input as
+  `{"key": k, "count": c, "sum": s}`.
+* `windowed`: per key one-minute tumbling windows of event time `ts_ms`, aligned to 0
+  (`count_window` with an `EventClock` waiting `OUT_OF_ORDERNESS_MS`, windows closed by later
+  events or at the end of the input, not by a system-time timer), each closed window emitted as
+  `{"key": k, "window": w, "count": c}` with w = ts_ms // 60,000, and every event Bytewax found
+  late for its window as `{"key": k, "window": w, "late": 1}` (never dropped silently).
+
+The runner calls `bytewax._bytewax.cli_main`, which `python -m bytewax.run` calls too: recovery
+on (`RecoveryConfig(db_dir, backup_interval=0)` over partitions the parent initialised), epoch
+interval 1 s, which with recovery on is Bytewax's snapshot interval (`bytewax.run -s 1`). Each
+worker writes its output lines to its own file `out-<worker>.jsonl` under `--output`. Before
+handing over to Bytewax the runner prints `started_mono <CLOCK_MONOTONIC seconds>` so that the
+parent can tell interpreter start from the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from bytewax import operators as op
+from bytewax._bytewax import cli_main
+from bytewax.connectors.files import DirSource
+from bytewax.dataflow import Dataflow
+from bytewax.operators.windowing import EventClock, TumblingWindower, count_window
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+from bytewax.recovery import RecoveryConfig
+
+from laminar_cluster.bench.bytewax_peer import WINDOW_MS
+
+JOBS: Final = ("count_sum", "windowed")
+# Events of one key reach a worker from up to 64 files read round-robin, 1,000 lines a batch
+# (DirSource's batch size): 10 s of event time apart within a worker, more between workers.
+OUT_OF_ORDERNESS_MS: Final = 60_000
+SNAPSHOT_INTERVAL_S: Final = 1
+INPUT_GLOB: Final = "*.jsonl"
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class _LinesPartition(StatelessSinkPartition[str]):
+    """One worker's output file, a line per item."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = path.open("w", encoding="utf-8")
+
+    def write_batch(self, items: list[str]) -> None:
+        self._file.writelines(item + "\n" for item in items)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class LinesSink(DynamicSink[str]):
+    """Each worker writes its items as lines of `directory/out-<worker>.jsonl`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _LinesPartition:
+        return _LinesPartition(self.directory / f"out-{worker_index}.jsonl")
+
+
+def _key_value(line: str) -> tuple[str, int]:
+    event = json.loads(line)
+    return str(event["key"]), event["value"]
+
+
+def _add(totals: tuple[int, int], value: int) -> tuple[int, int]:
+    return totals[0] + 1, totals[1] + value
+
+
+def _totals_line(item: tuple[str, tuple[int, int]]) -> str:
+    key, (count, total) = item
+    return json.dumps({"key": int(key), "count": count, "sum": total})
+
+
+def count_sum_flow(input_dir: Path, output_dir: Path) -> Dataflow:
+    """Count and sum of `value` per key; the totals at the end of the input."""
+    flow = Dataflow("count_sum")
+    lines = op.input("read", flow, DirSource(input_dir, glob_pat=INPUT_GLOB))
+    keyed = op.map("parse", lines, _key_value)
+    totals = op.fold_final("count_sum", keyed, lambda: (0, 0), _add)
+    op.output("write", op.map("format", totals, _totals_line), LinesSink(output_dir))
+    return flow
+
+
+def _event_time(event: dict[str, Any]) -> datetime:
+    return _EPOCH + timedelta(milliseconds=event["ts_ms"])
+
+
+def _no_wake_up(close_at: datetime) -> datetime | None:
+    """Replayed input: windows close on later events or at EOF, never on a system-time timer
+    (with the default, a close time in 1970 is always due and wakes every key on every
+    activation)."""
+    return None
+
+
+def _window_line(item: tuple[str, tuple[int, int]]) -> str:
+    key, (window, count) = item
+    return json.dumps({"key": int(key), "window": window, "count": count})
+
+
+def _late_line(item: tuple[str, tuple[int, Any]]) -> str:
+    key, (window, _event) = item
+    return json.dumps({"key": int(key), "window": window, "late": 1})
+
+
+def windowed_flow(input_dir: Path, output_dir: Path) -> Dataflow:
+    """Per key one-minute tumbling event-time windows of count; late events on the side."""
+    flow = Dataflow("windowed")
+    lines = op.input("read", flow, DirSource(input_dir, glob_pat=INPUT_GLOB))
+    events = op.map("parse", lines, json.loads)
+    clock = EventClock(
+        ts_getter=_event_time,
+        wait_for_system_duration=timedelta(milliseconds=OUT_OF_ORDERNESS_MS),
+        to_system_utc=_no_wake_up,
+    )
+    windower = TumblingWindower(length=timedelta(milliseconds=WINDOW_MS), align_to=_EPOCH)
+    counted = count_window("count", events, clock, windower, key=lambda e: str(e["key"]))
+    closed = op.map("format", counted.down, _window_line)
+    late = op.map("format_late", counted.late, _late_line)
+    op.output("write", op.merge("all", closed, late), LinesSink(output_dir))
+    return flow
+
+
+FLOWS: Final[dict[str, Callable[[Path, Path], Dataflow]]] = {
+    "count_sum": count_sum_flow,
+    "windowed": windowed_flow,
+}
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m laminar_cluster.bench.bytewax_flows")
+    parser.add_argument("--job", choices=JOBS, required=True)
+    parser.add_argument("--input", type=Path, required=True, help="the JSON Lines directory")
+    parser.add_argument("--output", type=Path, required=True, help="the output directory")
+    parser.add_argument("--recovery", type=Path, required=True, help="initialised db dir")
+    parser.add_argument("--workers-per-process", type=int, default=1)
+    parser.add_argument("--process-id", type=int, default=None)
+    parser.add_argument("--addresses", default=None, help="host:port;host:port (processes)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Run one Bytewax process of the peer (see the module docstring)."""
+    arguments = _arguments()
+    flow = FLOWS[arguments.job](arguments.input, arguments.output)
+    addresses = None if arguments.addresses is None else arguments.addresses.split(";")
+    # Bytewax's stubs for its Rust functions carry no annotations (mypy's no-untyped-call).
+    recovery = RecoveryConfig(arguments.recovery, timedelta(0))  # type: ignore[no-untyped-call]
+    print(f"started_mono {time.monotonic()}", flush=True)
+    cli_main(  # type: ignore[no-untyped-call]
+        flow,
+        workers_per_process=arguments.workers_per_process,
+        process_id=arguments.process_id,
+        addresses=addresses,
+        epoch_interval=timedelta(seconds=SNAPSHOT_INTERVAL_S),
+        recovery_config=recovery,
+    )
+
+
+if __name__ == "__main__":
+    main()
