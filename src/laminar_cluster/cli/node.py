@@ -56,6 +56,7 @@ from laminar_cluster.rebalance.node.log import JsonLogHandler, NodeLog
 from laminar_cluster.rebalance.node.rebalance_node import NodeConfig
 from laminar_cluster.runtime.checkpoint_guards import check_checkpoint_layout
 from laminar_cluster.runtime.engine_types import EngineConfig
+from laminar_cluster.runtime.job_node import JobRuntime, load_job
 from laminar_cluster.runtime.node import StreamNode, StreamNodeConfig
 from laminar_cluster.store import ObjectStore, open_store
 from laminar_cluster.store.diagnose import diagnose, one_line
@@ -100,6 +101,8 @@ class NodeFlags:
     fault_outage_file: str | None
     fault_outages: list[str] | None
     exit_on_fence: bool
+    job: str | None
+    close_idle_windows_s: float | None
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> NodeFlags:
@@ -148,8 +151,17 @@ class NodeFlags:
             outages=outages,
         )
 
+    def job_runtime(self) -> JobRuntime | None:
+        """The job `--job` names, loaded and compiled (InvalidArgument: one line)."""
+        if self.job is None:
+            if self.close_idle_windows_s is not None:
+                raise InvalidArgument("--close-idle-windows needs --job")
+            return None
+        return JobRuntime.of(load_job(self.job), idle_close_s=self.close_idle_windows_s)
+
     def run(self, store_url: str) -> int:
-        """`run_node_command` with these flags."""
+        """`run_node_command` with these flags (the job loaded first)."""
+        job = self.job_runtime()
         return run_node_command(
             store_url,
             self.node_config(),
@@ -159,6 +171,7 @@ class NodeFlags:
             faults=self.faults(),
             fault_seed=self.fault_seed,
             replace=self.replace,
+            job=job,
         )
 
 
@@ -173,12 +186,15 @@ def run_node_command(
     faults: FaultConfig | None = None,
     fault_seed: int = 0,
     replace: bool = False,
+    job: JobRuntime | None = None,
 ) -> int:
     """Run the node in a fresh event loop; its exit code. `faults` (development and chaos
     tests only): after the probe, every store request goes through `store.faulty.FaultyStore`
     with these rates, seeded with `fault_seed`; its `outages` are seconds after the probe
     (every request in `[start, end)` fails before it is sent)."""
-    settings = _Settings(probe, metrics_port, metrics_host, stream, faults, fault_seed, replace)
+    settings = _Settings(
+        probe, metrics_port, metrics_host, stream, faults, fault_seed, replace, job
+    )
     return asyncio.run(_run(store_url, config, settings))
 
 
@@ -191,6 +207,7 @@ class _Settings:
     faults: FaultConfig | None
     fault_seed: int
     replace: bool
+    job: JobRuntime | None
 
 
 async def _run(store_url: str, config: NodeConfig, settings: _Settings) -> int:
@@ -216,6 +233,7 @@ async def _run(store_url: str, config: NodeConfig, settings: _Settings) -> int:
             log,
             stream=settings.stream,
             metrics=metrics,
+            job=settings.job,
             store_wrapper=None
             if metrics is None
             else functools.partial(MetricsStore, metrics=metrics),

@@ -136,6 +136,23 @@ ExitOnFenceOption = Annotated[
         "term once the store answers.",
     ),
 ]
+JobOption = Annotated[
+    str | None,
+    option(
+        "--job",
+        help="Run this job (module:attribute, e.g. my_jobs:clicks; the working directory is "
+        "importable) instead of the reference count and sum.",
+    ),
+]
+CloseIdleWindowsOption = Annotated[
+    float | None,
+    option(
+        "--close-idle-windows",
+        min=0.001,
+        help="With --job: close a vnode's open windows once it saw no event for this many "
+        "seconds (the end of a finite input); later events of those windows are late.",
+    ),
+]
 
 
 @app.command("node")
@@ -165,10 +182,12 @@ def node(
     fault_outage_file: FaultOutageFileOption = None,
     fault_outages: FaultOutageOption = None,
     exit_on_fence: ExitOnFenceOption = False,
+    job: JobOption = None,
+    close_idle_windows_s: CloseIdleWindowsOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Run one node (control plane, distributed checkpoints, the reference engine over the
-    event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
+    """Run one node (control plane, distributed checkpoints, the reference engine or --job
+    over the event log) until SIGTERM/SIGINT (the first leaves gracefully, a second stops at once).
     Refuses to start while a live process holds the node id (unless --replace). JSON-lines
     events on stderr."""
     from laminar_cluster.cli.node import NodeFlags

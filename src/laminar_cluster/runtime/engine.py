@@ -149,10 +149,11 @@ class StreamEngine:
         await self._loop.run(intake, shutdown)
 
     def quiescent_since_cut(self) -> bool:
-        """No restore, drop or batch since the last capture, which was not aborted, and the
-        published ends (as last polled) show nothing new for a consumable partition."""
+        """No restore, drop or batch since the last capture, which was not aborted, the
+        processor has nothing due at a cut, and the published ends (as last polled) show
+        nothing new for a consumable partition."""
         mark, table = self._cut_mark, self.table
-        if mark is None or mark != (self._moves, table.offsets):
+        if mark is None or mark != (self._moves, table.offsets) or not self.processor.quiescent():
             return False
         return self.log.caught_up({p: table.offsets[p] for p in table.consumable()})
 

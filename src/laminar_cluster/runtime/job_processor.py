@@ -65,6 +65,7 @@ class JobProcessor:
         self._pending: dict[int, list[Emit]] = {}
         self._in_flight: dict[int, int] = {}  # vnode -> how many pending emits are in flight
         self._last_event_s: dict[int, float] = {}
+        self._closable: set[int] = set()  # vnodes with events since their windows last closed
         self.bad_events = 0
 
     # -- Processor -----------------------------------------------------------------------------
@@ -75,6 +76,8 @@ class JobProcessor:
         self._runs[vnode], self._pending[vnode] = run, []
         # A restored run's windows close after idle_close_s without events, like any other.
         self._last_event_s[vnode] = self.clock.monotonic()
+        if state is not None:
+            self._closable.add(vnode)
 
     def process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
         """Decode and run the batch's records; unparseable ones go to the dead letters."""
@@ -94,6 +97,7 @@ class JobProcessor:
         if good:
             run.process(good, partition=partition, first_offset=start, out=out)
         self._last_event_s[vnode] = self.clock.monotonic()
+        self._closable.add(vnode)
 
     def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
         """Close idle windows, flush, encode each vnode's state now; its output goes in flight."""
@@ -103,6 +107,7 @@ class JobProcessor:
             run, out = self._run(vnode)
             if self._idle(vnode):
                 run.close_windows(out)
+                self._closable.discard(vnode)
             run.flush(out)
             states[vnode] = run.snapshot()
             self._in_flight[vnode] = len(out)
@@ -130,6 +135,11 @@ class JobProcessor:
         self._pending.pop(vnode, None)
         self._in_flight.pop(vnode, None)
         self._last_event_s.pop(vnode, None)
+        self._closable.discard(vnode)
+
+    def quiescent(self) -> bool:
+        """False while a vnode's windows are due to close (idle for `idle_close_s`)."""
+        return not any(self._idle(vnode) for vnode in self._closable)
 
     # -- figures -------------------------------------------------------------------------------
     def figures(self) -> dict[str, int]:
@@ -150,6 +160,6 @@ class JobProcessor:
 
     def _idle(self, vnode: int) -> bool:
         last_s = self._last_event_s.get(vnode)
-        if self.idle_close_s is None or last_s is None:
+        if self.idle_close_s is None or last_s is None or vnode not in self._closable:
             return False
         return self.clock.monotonic() - last_s >= self.idle_close_s

@@ -18,6 +18,8 @@ The engine owns sources, ownership and checkpoints; a processor owns only data, 
   processed after the cut stay pending. `abort_output(vnode)`: it stays pending, so the next
   capture emits it again, merged with what came after (DC §1.9).
 * `drop(vnode)`: forget a vnode that left this process (or before a cold restore).
+* `quiescent()`: nothing would change at a cut without new events (DC-21's quiet checkpoints
+  skip only then); a job whose idle windows are due to close says False.
 
 Every method except the encoder is synchronous and never blocks: the engine calls them between
 awaits, which is what makes each batch, cut and restore atomic with respect to the control
@@ -75,6 +77,8 @@ class Processor(Protocol):
     def abort_output(self, vnode: int) -> None: ...
 
     def drop(self, vnode: int) -> None: ...
+
+    def quiescent(self) -> bool: ...
 
 
 class AggregateSlice(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -232,6 +236,10 @@ class KeyedAggregation:
         self._base.pop(vnode, None)
         self._in_flight.pop(vnode, None)
         self._hints.pop(vnode, None)
+
+    def quiescent(self) -> bool:
+        """Always: a cut without new events changes nothing."""
+        return True
 
     def _freeze(self, vnode: int) -> _Frozen:
         empty: dict[int, int] = {}
