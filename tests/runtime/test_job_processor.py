@@ -139,3 +139,71 @@ def test_output_bytes_round_trip_and_garbage_is_corrupt() -> None:
         decode_output(b"\x01\x02", what="t")
     with pytest.raises(InvalidArgument):
         encode_output([Emit("main", {"a": object()})])
+
+
+def _raises_on(bad: str) -> Job:
+    def step(state: int, event: dict[str, object]) -> tuple[int, list[dict[str, object]]]:
+        if event["user"] == bad:
+            raise ValueError("bad user")
+        return state + 1, [{"user": event["user"], "seen": state + 1}]
+
+    return (
+        Job("steps")
+        .source(ListSource())
+        .key_by(lambda e: e["user"], name="user")
+        .step(step, initial=lambda: 0, state_type=int)
+        .sink(ListSink("main"))
+    )
+
+
+def test_a_raising_step_is_a_dead_letter_naming_key_and_offset_by_default() -> None:
+    processor = JobProcessor(compile_(_raises_on("x")), SimulatedClock(), idle_close_s=None)
+    processor.restore(0, None)
+    processor.process(0, 0, _batch(4, {"user": "a"}, {"user": "x"}, {"user": "a"}))
+    output = _output(processor, 0)
+    dead = [r for s, r in output if s == "dead_letter"]
+    assert len(dead) == 1 and dead[0]["offset"] == 5 and "x" in str(dead[0]["key"])
+    assert [r["seen"] for s, r in output if s == "main"] == [1, 2]
+
+
+def test_a_raising_step_under_stop_stops_the_job_and_refuses_every_cut() -> None:
+    from laminar_cluster.errors import Refused
+    from laminar_cluster.jobs import StepFailed
+
+    stopped: list[Exception] = []
+    processor = JobProcessor(
+        compile_(_raises_on("x").on_error("stop")),
+        SimulatedClock(),
+        idle_close_s=None,
+        on_fatal=stopped.append,
+    )
+    processor.restore(0, None)
+    with pytest.raises(StepFailed) as raised:
+        processor.process(0, 0, _batch(4, {"user": "a"}, {"user": "x"}))
+    assert (raised.value.partition, raised.value.offset) == (0, 5)
+    assert stopped == [raised.value]
+    with pytest.raises(Refused):
+        processor.capture((0,))  # what was applied before the failure is never checkpointed
+    with pytest.raises(Refused):
+        processor.process(0, 0, _batch(6, {"user": "a"}))
+
+
+def test_state_that_cannot_be_encoded_stops_the_job_naming_the_key() -> None:
+    from laminar_cluster.jobs import StateNotEncodable
+
+    job = (
+        Job("objects")
+        .source(ListSource())
+        .key_by(lambda e: e["user"], name="user")
+        .step(lambda state, event: (object(), []), initial=lambda: 0)
+        .sink(ListSink("main"))
+    )
+    stopped: list[Exception] = []
+    processor = JobProcessor(
+        compile_(job), SimulatedClock(), idle_close_s=None, on_fatal=stopped.append
+    )
+    processor.restore(0, None)
+    processor.process(0, 0, _batch(0, {"user": "zed"}))
+    with pytest.raises(StateNotEncodable, match="zed"):
+        processor.capture((0,))
+    assert len(stopped) == 1

@@ -18,7 +18,7 @@ from laminar_cluster.clock import Clock
 from laminar_cluster.connectors.delivery import Sink
 from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.connectors.sources import EventLogSource
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.jobs import Job, Program, compile_job
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.runtime.delivery import Deliverer, JobSink
@@ -84,6 +84,7 @@ class JobRuntime:
     program: Program
     idle_close_s: float | None = None  # close an idle vnode's windows (None: never)
     delivery_poll_s: float = 5.0
+    on_fatal: Callable[[LaminarError], None] | None = None  # the node's stop
     processor: JobProcessor | None = field(default=None, init=False)
     deliverer: Deliverer | None = field(default=None, init=False)
 
@@ -107,7 +108,9 @@ class JobRuntime:
     def plane(self, store: ObjectStore, clock: Clock, config: EngineConfig) -> StreamEngine:
         """The data plane: the store's record log through this job."""
         log = EventLog(store, clock=clock)
-        self.processor = JobProcessor(self.program, clock, idle_close_s=self.idle_close_s)
+        self.processor = JobProcessor(
+            self.program, clock, idle_close_s=self.idle_close_s, on_fatal=self.on_fatal
+        )
         return StreamEngine(
             clock=clock,
             log=log,

@@ -16,22 +16,31 @@ the vnode's *pending* output: the `Emit`s since its last committed cut, in order
 * `commit_output`: the in-flight records are history; `abort_output`: they stay pending, and
   the next cut emits them again before what came after.
 
+A job that cannot go on stops its node (docs/jobs.md, "Errors"): a step that raised under the
+"stop" policy (`StepFailed`, naming key, partition and offset), or state that cannot be encoded
+(`StateNotEncodable`, naming the key). The processor then refuses every batch and cut (so
+nothing it applied after its last committed cut is ever checkpointed), logs one error line, and
+calls `on_fatal`, which stops the node; a restart resumes from the last committed checkpoint.
+
 Output bytes: msgspec msgpack of a list of `[stream, record]` pairs (`encode_output`,
 `decode_output`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgspec
 
 from laminar_cluster.clock import Clock
-from laminar_cluster.errors import CorruptRecord, InvalidArgument
-from laminar_cluster.jobs import BadEvent, Emit, Program, VnodeRun
+from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError, Refused
+from laminar_cluster.jobs import BadEvent, Emit, Program, StateNotEncodable, StepFailed, VnodeRun
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.processor import EncodedCut
+
+logger: Final = logging.getLogger(__name__)
 
 _OUTPUT_ENCODER: Final = msgspec.msgpack.Encoder()
 _OUTPUT_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[str, dict[str, Any]]])
@@ -57,10 +66,19 @@ def decode_output(data: bytes, *, what: str) -> list[Emit]:
 class JobProcessor:
     """Runs `program` per vnode for the engine (module docstring)."""
 
-    def __init__(self, program: Program, clock: Clock, *, idle_close_s: float | None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        clock: Clock,
+        *,
+        idle_close_s: float | None,
+        on_fatal: Callable[[LaminarError], None] | None = None,
+    ) -> None:
         if idle_close_s is not None and idle_close_s <= 0:
             raise InvalidArgument(f"job idle_close_s {idle_close_s} must be positive")
         self.program, self.clock, self.idle_close_s = program, clock, idle_close_s
+        self.on_fatal = on_fatal
+        self.failed: LaminarError | None = None  # the error that stopped the job
         self._runs: dict[int, VnodeRun] = {}
         self._pending: dict[int, list[Emit]] = {}
         self._in_flight: dict[int, int] = {}  # vnode -> how many pending emits are in flight
@@ -81,6 +99,14 @@ class JobProcessor:
 
     def process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
         """Decode and run the batch's records; unparseable ones go to the dead letters."""
+        self._check_running()
+        try:
+            self._process(vnode, partition, batch)
+        except StepFailed as error:
+            self._stop(error)
+            raise
+
+    def _process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
         run, out = self._run(vnode)
         program, start = self.program, batch.first_offset
         good: list[Any] = []
@@ -101,6 +127,14 @@ class JobProcessor:
 
     def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
         """Close idle windows, flush, encode each vnode's state now; its output goes in flight."""
+        self._check_running()
+        try:
+            return self._capture(vnodes)
+        except StateNotEncodable as error:
+            self._stop(error)
+            raise
+
+    def _capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
         states: dict[int, bytes] = {}
         records: list[Emit] = []
         for vnode in vnodes:
@@ -150,6 +184,23 @@ class JobProcessor:
             "dead_letters": sum(run.dead_letters for run in runs) + self.bad_events,
             "bad_events": self.bad_events,
         }
+
+    def _check_running(self) -> None:
+        if self.failed is not None:
+            raise Refused(f"job {self.program.job.name} stopped: {self.failed}")
+
+    def _stop(self, error: LaminarError) -> None:
+        """Refuse everything from now on and stop the node."""
+        if self.failed is None:
+            self.failed = error
+            logger.error(
+                "job %s stops: %s; fix the job and restart the node (it resumes from the last "
+                "committed checkpoint)",
+                self.program.job.name,
+                error,
+            )
+            if self.on_fatal is not None:
+                self.on_fatal(error)
 
     def _run(self, vnode: int) -> tuple[VnodeRun, list[Emit]]:
         run = self._runs.get(vnode)

@@ -156,6 +156,8 @@ class StreamNode:
         self.metrics = metrics
         self.log = log
         self.job = job
+        if job is not None:
+            job.on_fatal = lambda error: self.stop()  # the job cannot go on (job_processor)
         self._plane_factory = data_plane or self._stream_engine
         self._inner: ClusterCheckpointer | None = None
         self._proof: Callable[[], LeaderProof | None] = lambda: None
