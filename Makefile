@@ -30,8 +30,8 @@ demo: $(STAMP)
 	$(BIN)/laminar-cluster demo
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check src tests
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
