@@ -207,3 +207,18 @@ def test_state_that_cannot_be_encoded_stops_the_job_naming_the_key() -> None:
     with pytest.raises(StateNotEncodable, match="zed"):
         processor.capture((0,))
     assert len(stopped) == 1
+
+
+def test_dc21_a_job_with_windows_due_to_close_is_not_quiescent() -> None:
+    clock = _Clock()
+    processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
+    processor.restore(1, None)
+    assert processor.quiescent()  # restored empty: nothing to close
+    processor.process(1, 1, _batch(0, {"user": "a", "ts": 100}))
+    clock.now_s = 4.0
+    assert processor.quiescent()  # not idle long enough
+    clock.now_s = 5.0
+    assert not processor.quiescent()  # the next cut closes the window: a quiet skip would not
+    processor.capture((1,))
+    processor.commit_output(1)
+    assert processor.quiescent()
