@@ -47,7 +47,7 @@ def load_job(path: str) -> Job:
         raise InvalidArgument(f"job {path}: module {module_name} has no attribute {attribute}")
     if not isinstance(job, Job):
         raise InvalidArgument(
-            f"job {path}: {attribute} is a {type(job).__name__}, not a laminar_cluster.Job"
+            f"job {path}: {attribute} is of type {type(job).__name__}, not a laminar_cluster.Job"
         )
     return job
 
