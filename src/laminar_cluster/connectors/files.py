@@ -19,7 +19,7 @@ directory names unless `hive_partitioning=false`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 from laminar_cluster.clock import Clock, retry_until
 from laminar_cluster.codec.types import U64_MAX
@@ -59,17 +59,16 @@ SEARCH_PROBES_MAX: Final = 2 * 66  # galloping then bisecting over 0..=U64_MAX
 
 
 @dataclass(frozen=True)
-class ParquetSink(Sink):
-    """Parquet files (zstd) under `prefix`, one per participant per committed checkpoint with
-    output, of the records of Emit stream `stream`. Columns are inferred per file: read with
-    `union_by_name`. See `file_encoding` for the records Parquet cannot hold.
-
-    `url`: where the files go (`file_targets`): None for the cluster's own store, a plain
-    directory (`file:///abs/dir`) whose files readers take in place, or a separate object store
-    (`s3://bucket`)."""
+class _FileSink(Sink):
+    """A file sink: one file per participant per committed checkpoint with output, under
+    `prefix`, of the records of Emit stream `stream`. `url`: where the files go
+    (`file_targets`): None for the cluster's own store, a plain directory (`file:///abs/dir`)
+    whose files readers take in place, or a separate object store (`s3://bucket`)."""
 
     prefix: str
     url: str | None = field(default=None, kw_only=True, repr=False)  # may hold secrets
+    file_format: ClassVar[FileFormat]
+    label: ClassVar[str]
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,33 +76,33 @@ class ParquetSink(Sink):
 
     def describe(self) -> str:
         """One line for logs (no secrets)."""
-        return f"Parquet files under {self.prefix}{_where(self.url)} (stream {self.stream})"
+        return f"{self.label} files under {self.prefix}{_where(self.url)} (stream {self.stream})"
 
     def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
         """The writer of this sink: on `store` when `url` is None, else on its target."""
-        return _open_writer(self.url, store, clock, self.prefix, FileFormat.PARQUET)
+        return _open_writer(self.url, store, clock, self.prefix, self.file_format)
 
 
 @dataclass(frozen=True)
-class JsonLinesSink(Sink):
+class ParquetSink(_FileSink):
+    """Parquet files (zstd) under `prefix`, one per participant per committed checkpoint with
+    output, of the records of Emit stream `stream`. Columns are inferred per file: read with
+    `union_by_name`. See `file_encoding` for the records Parquet cannot hold. `url`: None for
+    the cluster's own store, a plain directory (`file:///abs/dir`) whose files readers take in
+    place, or a separate object store (`s3://bucket`)."""
+
+    file_format: ClassVar[FileFormat] = FileFormat.PARQUET
+    label: ClassVar[str] = "Parquet"
+
+
+@dataclass(frozen=True)
+class JsonLinesSink(_FileSink):
     """JSON Lines files under `prefix`, one per participant per committed checkpoint with
     output, of the records of Emit stream `stream`: one JSON object per line, UTF-8. `url` as
     for `ParquetSink`."""
 
-    prefix: str
-    url: str | None = field(default=None, kw_only=True, repr=False)  # may hold secrets
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_target(self.prefix, self.url)
-
-    def describe(self) -> str:
-        """One line for logs (no secrets)."""
-        return f"JSON Lines files under {self.prefix}{_where(self.url)} (stream {self.stream})"
-
-    def open(self, store: ObjectStore, clock: Clock) -> SinkWriter:
-        """The writer of this sink: on `store` when `url` is None, else on its target."""
-        return _open_writer(self.url, store, clock, self.prefix, FileFormat.JSON_LINES)
+    file_format: ClassVar[FileFormat] = FileFormat.JSON_LINES
+    label: ClassVar[str] = "JSON Lines"
 
 
 def _check_target(prefix: str, url: str | None) -> None:

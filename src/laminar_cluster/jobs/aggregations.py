@@ -141,12 +141,12 @@ class Sum(Aggregation):
 
 
 @dataclass(frozen=True, slots=True)
-class Min(Aggregation):
-    """The least `fn(event)` (None before any event)."""
+class _Extreme(Aggregation):
+    """The least or the greatest `fn(event)` (None before any event): `Min` and `Max`."""
 
     fn: Callable[[Any], int | float]
-    name: str = "min"
-    kind: ClassVar[str] = "min"
+    name: str = "extreme"
+    kind: ClassVar[str] = "extreme"
 
     def __post_init__(self) -> None:
         _check(self.name, self.fn)
@@ -160,48 +160,44 @@ class Min(Aggregation):
         return _number(self.name, self.fn(event))
 
     def add(self, acc: int | float | None, value: int | float) -> int | float:
-        """The lesser of acc and value."""
-        return value if acc is None or value < acc else acc
+        """`value` if it is the new extreme, else `acc`."""
+        return value if acc is None or self.beats(value, acc) else acc
 
     def merge(self, a: int | float | None, b: int | float | None) -> int | float | None:
-        """The lesser of a and b."""
+        """The extreme of a and b."""
         return a if b is None else self.add(a, b)
 
     def result(self, acc: int | float | None) -> int | float | None:
-        """The minimum."""
+        """The extreme."""
         return acc
+
+    def beats(self, value: int | float, acc: int | float) -> bool:
+        """Whether `value` replaces `acc`."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
-class Max(Aggregation):
+class Min(_Extreme):
+    """The least `fn(event)` (None before any event)."""
+
+    name: str = "min"
+    kind: ClassVar[str] = "min"
+
+    def beats(self, value: int | float, acc: int | float) -> bool:
+        """value < acc."""
+        return value < acc
+
+
+@dataclass(frozen=True, slots=True)
+class Max(_Extreme):
     """The greatest `fn(event)` (None before any event)."""
 
-    fn: Callable[[Any], int | float]
     name: str = "max"
     kind: ClassVar[str] = "max"
 
-    def __post_init__(self) -> None:
-        _check(self.name, self.fn)
-
-    def init(self) -> None:
-        """None."""
-        return None
-
-    def value(self, event: Any) -> int | float:
-        """fn(event), an int or float."""
-        return _number(self.name, self.fn(event))
-
-    def add(self, acc: int | float | None, value: int | float) -> int | float:
-        """The greater of acc and value."""
-        return value if acc is None or value > acc else acc
-
-    def merge(self, a: int | float | None, b: int | float | None) -> int | float | None:
-        """The greater of a and b."""
-        return a if b is None else self.add(a, b)
-
-    def result(self, acc: int | float | None) -> int | float | None:
-        """The maximum."""
-        return acc
+    def beats(self, value: int | float, acc: int | float) -> bool:
+        """value > acc."""
+        return value > acc
 
 
 @dataclass(frozen=True, slots=True)
