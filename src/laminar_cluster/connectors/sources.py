@@ -14,8 +14,9 @@ from laminar_cluster.jobs import SourceSpec
 @dataclass(frozen=True)
 class EventLogSource(SourceSpec):
     """The store's record log (written by `Producer` or `laminar-cluster produce --file`):
-    `partitions` partitions (a multiple of 256), partition p read by the owner of vnode
-    p % 256, offsets cut in every checkpoint."""
+    partition p read by the owner of vnode p % 256, offsets cut in every checkpoint.
+    `partitions` is checked here (a multiple of 256); a node reads as many partitions as the
+    log was declared with by its first producer."""
 
     partitions: int = RECORD_PARTITIONS_DEFAULT
 
