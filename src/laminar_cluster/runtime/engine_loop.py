@@ -12,6 +12,11 @@ intake is open and the partition still stands where it was read: reads have no e
 read overtaken by a cut, a gate, a drain or an adoption is dropped. Expected failures
 (`LaminarError`) go to `intake.failed` (logged and counted); the loop waits `retry_s` and goes
 on. Anything else is a bug and ends the task.
+
+A turn that found nothing waits only once a whole round of the consumable partitions found
+nothing (`_dry_reads`): a log with many partitions and few busy ones (a record log has 256) is
+not read one `read_parallelism` slice per idle wait, which made a partition late in the round
+wait tens of seconds to be read.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class EngineLoop:
         self.partitions_known = partitions_known
         self._partitions_after = 0.0  # an absent layout is asked for again after retry_s
         self._idle_s = 0.0  # the last idle wait (0: the last step worked)
+        self._dry_reads = 0  # partitions read since a batch was last applied
+        self._poll_due = False  # poll the published ends before the next read (after a wait)
 
     async def run(self, intake: Intake, shutdown: asyncio.Event) -> None:
         config = self.config
@@ -69,9 +76,14 @@ class EngineLoop:
             if worked:
                 self._idle_s = 0.0
                 continue
+            if 0 < self._dry_reads < len(self.table.consumable()):
+                await self.clock.sleep(0)  # the rest of the round first, without waiting
+                continue
+            self._dry_reads = 0
             # Back off while nothing is new: each idle wait doubles, up to idle_max_s.
             self._idle_s = min(max(self._idle_s * 2, config.idle_s), config.idle_max_s)
             await intake.changed(self._idle_s)
+            self._poll_due = True
 
     async def step(self, intake: Intake) -> bool:
         """One turn: learn the partition count (if due), process; False when there was
@@ -99,12 +111,15 @@ class EngineLoop:
         if not reads:
             return False
         deadline = self.clock.monotonic() + self.config.read_timeout_s
-        if self._idle_s:  # after an idle wait: what moved? (reads list only what did)
+        if self._poll_due:  # after an idle wait: what moved? (reads list only what did)
+            self._poll_due = False
             async with within_deadline(self.clock, deadline, "source ends"):
                 await self.log.poll_ends(self.table.consumable(), deadline=deadline)
         async with within_deadline(self.clock, deadline, "source read"), intake.executing():
             results = await self._read_all(reads, deadline)
-            return await self._apply(intake, reads, results)
+            applied = await self._apply(intake, reads, results)
+        self._dry_reads = 0 if applied else self._dry_reads + len(reads)
+        return applied
 
     async def _read_all(
         self, reads: list[tuple[int, int]], deadline: float
