@@ -43,6 +43,7 @@ PUBLIC: Final[dict[str, str]] = {
     "Sink": "laminar_cluster.connectors.delivery",
     "SinkWriter": "laminar_cluster.connectors.delivery",
     "Delivery": "laminar_cluster.connectors.delivery",
+    "open_store": "laminar_cluster.store",
     # errors a caller tells apart
     "LaminarError": "laminar_cluster.errors",
     "InvalidArgument": "laminar_cluster.errors",
@@ -75,6 +76,7 @@ __all__ = [
     "StepFailed",
     "Sum",
     "Tumbling",
+    "open_store",
     "partition_of_key",
 ]
 
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
         Sum,
         Tumbling,
     )
+    from laminar_cluster.store import open_store
 
 
 def __getattr__(name: str) -> Any:

@@ -90,7 +90,7 @@ def test_a_raising_step_sends_the_event_to_dead_letter_and_leaves_the_state() ->
             "offset": 101,
             "key": "'a'",
             "error": "ValueError: bad event second line",
-            "event": {"k": "a", "v": 10, "bad": True},
+            "event": '{"k":"a","v":10,"bad":true}',
         }
     ]
     assert [r["total"] for r in stream(out, MAIN)] == [1, 3]

@@ -49,7 +49,7 @@ def _check_complete(job: Job) -> None:
 
 def fingerprint(job: Job) -> str:
     """The job's name and operator shape: a snapshot restores only into the same fingerprint."""
-    parts = [job.name, f"key={job.key_name}", f"ooo={job.out_of_orderness_ms}"]
+    parts = [job.name, f"key:{job.key_name}", f"out-of-order:{job.out_of_orderness_ms}"]
     for op in job.operators:
         if isinstance(op, StepOp):
             parts.append("step")

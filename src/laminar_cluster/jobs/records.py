@@ -54,3 +54,12 @@ def key_from_snapshot(value: Any, what: str) -> Key:
 def key_order(key: Key) -> bytes:
     """The sort key of `key` among keys of any type: its canonical encoding."""
     return encode_key(key)
+
+
+def event_text(event: Any) -> str:
+    """An event as one line of JSON text (its repr if it has none): the dead-letter stream's
+    `event`, a str whatever the event was, so every dead letter has the same columns."""
+    try:
+        return msgspec.json.encode(as_builtins(event)).decode()
+    except (TypeError, msgspec.EncodeError):
+        return repr(event)

@@ -5,7 +5,7 @@ the event time (`event_time_fn`, an int of ms, when the job has one), the steps 
 sees every output of the one before, with the same key), then the terminal operator. Either all
 of that succeeds and the event's effects are applied together, or the first raising user
 function sends the event to the "dead_letter" stream (`{"job", "partition", "offset", "key":
-repr(key) or None, "error": "<ExcType>: <msg>", "event": <event as builtins>}`), counted in
+repr(key) or None, "error": "<ExcType>: <msg>", "event": <the event as JSON text>}`), counted in
 `dead_letters`, every state unchanged (a step that mutates its state in place and then raises
 is the exception: return a new state instead). Under `on_error("stop")` it raises `StepFailed`.
 
@@ -28,7 +28,7 @@ from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.jobs.api import DEAD_LETTER, MAIN, Emit
 from laminar_cluster.jobs.errors import StepFailed
 from laminar_cluster.jobs.operators import StepOp
-from laminar_cluster.jobs.records import as_builtins, as_record, check_key
+from laminar_cluster.jobs.records import as_record, check_key, event_text
 from laminar_cluster.jobs.snapshot import (
     SNAPSHOT_VERSION,
     VnodeSnapshot,
@@ -202,7 +202,7 @@ class VnodeRun:
             "offset": offset,
             "key": None if key is None else repr(key),
             "error": what,
-            "event": as_builtins(event),
+            "event": event_text(event),
         }
         out.append(Emit(DEAD_LETTER, record))
 

@@ -393,6 +393,9 @@ class _Observer:
             "errors": progress.errors,
             "led": dict(sorted(owner.checkpoints.items())),
         }
+        processor = None if owner.job is None else owner.job.processor
+        if processor is not None:  # a job's late events and dead letters (job_processor)
+            figures.update(processor.figures())
         # Checkpoints alone (cuts, commits, led) do not make an idle node log every interval.
         moved = tuple(figures[k] for k in MOVED_FIGURES)
         if moved == self._shown:
