@@ -9,12 +9,22 @@ import json
 import pytest
 
 from laminar_cluster.clock.simulated import SimulatedClock
+from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.errors import CorruptRecord, InvalidArgument
 from laminar_cluster.jobs import Count, Job, Sum, Tumbling
 from laminar_cluster.jobs import compile_job as compile_
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.job_processor import JobProcessor, decode_output, encode_output
 from tests.jobs.support import ListSink, ListSource
+
+
+def _vnode(user: str) -> int:
+    return key_hash(user) % 256
+
+
+A = _vnode("a")  # the vnode of user "a": a batch's first event is checked to belong to it
+B = next(f"b{i}" for i in range(10_000) if _vnode(f"b{i}") == A)  # another user of vnode A
+Z = _vnode("zed")
 
 
 def _counts() -> Job:
@@ -50,22 +60,22 @@ def _output(processor: JobProcessor, *vnodes: int) -> list[tuple[str, dict[str, 
 
 def test_output_is_in_flight_at_a_cut_and_history_after_commit() -> None:
     processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
-    processor.restore(3, None)
-    processor.process(3, 3, _batch(0, {"user": "a", "n": 2}, {"user": "a", "n": 5}))
-    assert _output(processor, 3) == [("main", {"user": "a", "count": 2, "total": 7})]
-    processor.commit_output(3)
-    processor.process(3, 3, _batch(2, {"user": "b", "n": 1}))
-    assert _output(processor, 3) == [("main", {"user": "b", "count": 1, "total": 1})]
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"user": "a", "n": 2}, {"user": "a", "n": 5}))
+    assert _output(processor, A) == [("main", {"user": "a", "count": 2, "total": 7})]
+    processor.commit_output(A)
+    processor.process(A, A, _batch(2, {"user": B, "n": 1}))
+    assert _output(processor, A) == [("main", {"user": B, "count": 1, "total": 1})]
 
 
 def test_an_aborted_cut_emits_its_output_again_before_what_came_after() -> None:
     processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
-    processor.restore(0, None)
-    processor.process(0, 0, _batch(0, {"user": "a", "n": 1}))
-    first = _output(processor, 0)
-    processor.abort_output(0)
-    processor.process(0, 0, _batch(1, {"user": "a", "n": 1}))
-    assert _output(processor, 0) == [
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"user": "a", "n": 1}))
+    first = _output(processor, A)
+    processor.abort_output(A)
+    processor.process(A, A, _batch(1, {"user": "a", "n": 1}))
+    assert _output(processor, A) == [
         *first,
         ("main", {"user": "a", "count": 2, "total": 2}),
     ]
@@ -73,13 +83,13 @@ def test_an_aborted_cut_emits_its_output_again_before_what_came_after() -> None:
 
 def test_an_unparseable_event_is_a_dead_letter_with_its_offset_and_the_rest_run() -> None:
     processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
-    processor.restore(0, None)
+    processor.restore(A, None)
     processor.process(
-        0, 256, _batch(10, {"user": "a", "n": 1}, b"{not json", {"user": "a", "n": 4})
+        A, A + 256, _batch(10, {"user": "a", "n": 1}, b"{not json", {"user": "a", "n": 4})
     )
-    output = _output(processor, 0)
+    output = _output(processor, A)
     dead = [record for stream, record in output if stream == "dead_letter"]
-    assert [(d["partition"], d["offset"]) for d in dead] == [(256, 11)]
+    assert [(d["partition"], d["offset"]) for d in dead] == [(A + 256, 11)]
     assert ("main", {"user": "a", "count": 2, "total": 5}) in output
     assert processor.figures()["bad_events"] == 1
 
@@ -96,15 +106,15 @@ class _Clock:
 def test_windows_of_an_idle_vnode_close_at_a_cut_after_idle_close_s() -> None:
     clock = _Clock()
     processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
-    processor.restore(1, None)
-    processor.process(1, 1, _batch(0, {"user": "a", "ts": 100}, {"user": "a", "ts": 200}))
-    assert _output(processor, 1) == []  # the watermark has not passed the window
-    processor.commit_output(1)
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"user": "a", "ts": 100}, {"user": "a", "ts": 200}))
+    assert _output(processor, A) == []  # the watermark has not passed the window
+    processor.commit_output(A)
     clock.now_s = 4.9
-    assert _output(processor, 1) == []
-    processor.commit_output(1)
+    assert _output(processor, A) == []
+    processor.commit_output(A)
     clock.now_s = 5.0
-    assert _output(processor, 1) == [
+    assert _output(processor, A) == [
         ("main", {"user": "a", "window_start_ms": 0, "window_end_ms": 1_000, "count": 2})
     ]
 
@@ -112,22 +122,22 @@ def test_windows_of_an_idle_vnode_close_at_a_cut_after_idle_close_s() -> None:
 def test_a_restored_cut_continues_the_job() -> None:
     program = compile_(_counts())
     processor = JobProcessor(program, SimulatedClock(), idle_close_s=None)
-    processor.restore(7, None)
-    processor.process(7, 7, _batch(0, {"user": "a", "n": 3}))
-    state = processor.capture((7,))().states[7]
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"user": "a", "n": 3}))
+    state = processor.capture((A,))().states[A]
     other = JobProcessor(program, SimulatedClock(), idle_close_s=None)
-    other.restore(7, state)
-    other.process(7, 7, _batch(1, {"user": "a", "n": 4}))
-    assert _output(other, 7) == [("main", {"user": "a", "count": 2, "total": 7})]
+    other.restore(A, state)
+    other.process(A, A, _batch(1, {"user": "a", "n": 4}))
+    assert _output(other, A) == [("main", {"user": "a", "count": 2, "total": 7})]
 
 
 def test_a_cut_of_another_job_is_refused() -> None:
     state = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
-    state.restore(0, None)
-    data = state.capture((0,))().states[0]
+    state.restore(A, None)
+    data = state.capture((A,))().states[A]
     windows = JobProcessor(compile_(_windows()), SimulatedClock(), idle_close_s=None)
     with pytest.raises(CorruptRecord):
-        windows.restore(0, data)
+        windows.restore(A, data)
 
 
 def test_output_bytes_round_trip_and_garbage_is_corrupt() -> None:
@@ -158,9 +168,9 @@ def _raises_on(bad: str) -> Job:
 
 def test_a_raising_step_is_a_dead_letter_naming_key_and_offset_by_default() -> None:
     processor = JobProcessor(compile_(_raises_on("x")), SimulatedClock(), idle_close_s=None)
-    processor.restore(0, None)
-    processor.process(0, 0, _batch(4, {"user": "a"}, {"user": "x"}, {"user": "a"}))
-    output = _output(processor, 0)
+    processor.restore(A, None)
+    processor.process(A, A, _batch(4, {"user": "a"}, {"user": "x"}, {"user": "a"}))
+    output = _output(processor, A)
     dead = [r for s, r in output if s == "dead_letter"]
     assert len(dead) == 1 and dead[0]["offset"] == 5 and "x" in str(dead[0]["key"])
     assert [r["seen"] for s, r in output if s == "main"] == [1, 2]
@@ -177,15 +187,15 @@ def test_a_raising_step_under_stop_stops_the_job_and_refuses_every_cut() -> None
         idle_close_s=None,
         on_fatal=stopped.append,
     )
-    processor.restore(0, None)
+    processor.restore(A, None)
     with pytest.raises(StepFailed) as raised:
-        processor.process(0, 0, _batch(4, {"user": "a"}, {"user": "x"}))
-    assert (raised.value.partition, raised.value.offset) == (0, 5)
+        processor.process(A, A, _batch(4, {"user": "a"}, {"user": "x"}))
+    assert (raised.value.partition, raised.value.offset) == (A, 5)
     assert stopped == [raised.value]
     with pytest.raises(Refused):
-        processor.capture((0,))  # what was applied before the failure is never checkpointed
+        processor.capture((A,))  # what was applied before the failure is never checkpointed
     with pytest.raises(Refused):
-        processor.process(0, 0, _batch(6, {"user": "a"}))
+        processor.process(A, A, _batch(6, {"user": "a"}))
 
 
 def test_state_that_cannot_be_encoded_stops_the_job_naming_the_key() -> None:
@@ -202,23 +212,39 @@ def test_state_that_cannot_be_encoded_stops_the_job_naming_the_key() -> None:
     processor = JobProcessor(
         compile_(job), SimulatedClock(), idle_close_s=None, on_fatal=stopped.append
     )
-    processor.restore(0, None)
-    processor.process(0, 0, _batch(0, {"user": "zed"}))
+    processor.restore(Z, None)
+    processor.process(Z, Z, _batch(0, {"user": "zed"}))
     with pytest.raises(StateNotEncodable, match="zed"):
-        processor.capture((0,))
+        processor.capture((Z,))
     assert len(stopped) == 1
 
 
 def test_dc21_a_job_with_windows_due_to_close_is_not_quiescent() -> None:
     clock = _Clock()
     processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
-    processor.restore(1, None)
+    processor.restore(A, None)
     assert processor.quiescent()  # restored empty: nothing to close
-    processor.process(1, 1, _batch(0, {"user": "a", "ts": 100}))
+    processor.process(A, A, _batch(0, {"user": "a", "ts": 100}))
     clock.now_s = 4.0
     assert processor.quiescent()  # not idle long enough
     clock.now_s = 5.0
     assert not processor.quiescent()  # the next cut closes the window: a quiet skip would not
-    processor.capture((1,))
-    processor.commit_output(1)
+    processor.capture((A,))
+    processor.commit_output(A)
     assert processor.quiescent()
+
+
+def test_an_event_produced_under_another_key_stops_the_job() -> None:
+    from laminar_cluster.runtime.job_processor import KeyMismatch
+
+    stopped: list[Exception] = []
+    processor = JobProcessor(
+        compile_(_counts()), SimulatedClock(), idle_close_s=None, on_fatal=stopped.append
+    )
+    other = (A + 1) % 256
+    processor.restore(other, None)
+    with pytest.raises(KeyMismatch, match=f"belongs to vnode {A}, not {other}"):
+        processor.process(other, other, _batch(0, {"user": "a", "n": 1}))
+    assert len(stopped) == 1
+    with pytest.raises(Exception, match="stopped"):
+        processor.capture((other,))

@@ -16,6 +16,10 @@ the vnode's *pending* output: the `Emit`s since its last committed cut, in order
 * `commit_output`: the in-flight records are history; `abort_output`: they stay pending, and
   the next cut emits them again before what came after.
 
+The first event of each batch is checked to belong to the batch's vnode by the job's key
+(`key_hash(key) % 256`): an event log produced under another key than the job's `key_by` would
+split a key's state across vnodes silently; this stops the job instead (`KeyMismatch`).
+
 A job that cannot go on stops its node (docs/jobs.md, "Errors"): a step that raised under the
 "stop" policy (`StepFailed`, naming key, partition and offset), or state that cannot be encoded
 (`StateNotEncodable`, naming the key). The processor then refuses every batch and cut (so
@@ -34,13 +38,20 @@ from typing import Any, Final
 
 import msgspec
 
+from laminar_cluster.assignment.vnode import VNODE_COUNT
 from laminar_cluster.clock import Clock
+from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError, Refused
 from laminar_cluster.jobs import BadEvent, Emit, Program, StateNotEncodable, StepFailed, VnodeRun
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.processor import EncodedCut
 
 logger: Final = logging.getLogger(__name__)
+
+
+class KeyMismatch(InvalidArgument):
+    """An event of the log is not in its key's vnode by the job's key (module docstring)."""
+
 
 _OUTPUT_ENCODER: Final = msgspec.msgpack.Encoder()
 _OUTPUT_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[str, dict[str, Any]]])
@@ -102,7 +113,7 @@ class JobProcessor:
         self._check_running()
         try:
             self._process(vnode, partition, batch)
-        except StepFailed as error:
+        except (StepFailed, KeyMismatch) as error:
             self._stop(error)
             raise
 
@@ -110,9 +121,13 @@ class JobProcessor:
         run, out = self._run(vnode)
         program, start = self.program, batch.first_offset
         good: list[Any] = []
+        checked = False
         for index, raw in enumerate(batch.events):
             try:
                 good.append(program.decode_event(raw))
+                if not checked:
+                    checked = True
+                    self._check_key(vnode, partition, batch.first_offset + index, good[-1])
             except BadEvent as error:
                 if good:
                     run.process(good, partition=partition, first_offset=start, out=out)
@@ -123,6 +138,20 @@ class JobProcessor:
         if good:
             run.process(good, partition=partition, first_offset=start, out=out)
         self._last_event_s[vnode] = self.clock.monotonic()
+
+    def _check_key(self, vnode: int, partition: int, offset: int, event: Any) -> None:
+        """KeyMismatch unless the job's key of `event` belongs to `vnode`."""
+        try:
+            key = self.program.key_of(event)
+        except Exception:  # the user's key function: its failure is the run's to report
+            return
+        owner = key_hash(key) % VNODE_COUNT
+        if owner != vnode % VNODE_COUNT:
+            raise KeyMismatch(
+                f"job {self.program.job.name}: the event at partition {partition}, offset "
+                f"{offset} has key {key!r}, which belongs to vnode {owner}, not {vnode}: it was "
+                "produced under another key than the job's key_by; produce with the job's key"
+            )
         self._closable.add(vnode)
 
     def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
