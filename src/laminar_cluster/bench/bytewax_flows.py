@@ -1,7 +1,7 @@
 """The Bytewax 0.21 dataflows `bench pipeline` runs as its peer, and their runner (the module a
 peer subprocess runs: `python -m laminar_cluster.bench.bytewax_flows ...`).
 
-Both flows read the pre-written JSON Lines files of `bytewax_peer.write_peer_input` through
+The flows read the pre-written JSON Lines files of `bytewax_peer.write_peer_input` through
 Bytewax's own `DirSource` (one file per workload partition, one Bytewax partition per file;
 Bytewax spreads the files over the workers) and parse each line with `json.loads`, the way a
 Bytewax user writes it:
@@ -14,6 +14,9 @@ Bytewax user writes it:
   events or at the end of the input, not by a system-time timer), each closed window emitted as
   `{"key": k, "window": w, "count": c}` with w = ts_ms // 60,000, and every event Bytewax found
   late for its window as `{"key": k, "window": w, "late": 1}` (never dropped silently).
+* `keyed_step`: per key the nodes' pure-Python step (`reference_jobs.step_key_count_last`,
+  state `[count, last value]`) in `op.stateful_map`, each record it emits written as it is,
+  `{"key": k, "count": c, "last": v}`.
 
 The runner calls `bytewax._bytewax.cli_main`, which `python -m bytewax.run` calls too: recovery
 on (`RecoveryConfig(db_dir, backup_interval=0)` over partitions the parent initialised), epoch
@@ -42,8 +45,9 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from bytewax.recovery import RecoveryConfig
 
 from laminar_cluster.bench.bytewax_peer import WINDOW_MS
+from laminar_cluster.harness.reference_jobs import step_key_count_last
 
-JOBS: Final = ("count_sum", "windowed")
+JOBS: Final = ("count_sum", "windowed", "keyed_step")
 # Events of one key reach a worker from up to 64 files read round-robin, 1,000 lines a batch
 # (DirSource's batch size): 10 s of event time apart within a worker, more between workers.
 OUT_OF_ORDERNESS_MS: Final = 60_000
@@ -138,9 +142,30 @@ def windowed_flow(input_dir: Path, output_dir: Path) -> Dataflow:
     return flow
 
 
+def _keyed_event(line: str) -> tuple[str, dict[str, Any]]:
+    event = json.loads(line)
+    return str(event["key"]), event
+
+
+def _step(state: list[int] | None, event: dict[str, Any]) -> tuple[list[int], str | None]:
+    state, outputs = step_key_count_last(state, event)
+    return state, json.dumps(outputs[0]) if outputs else None
+
+
+def keyed_step_flow(input_dir: Path, output_dir: Path) -> Dataflow:
+    """The nodes' pure-Python keyed step (`reference_jobs.step_key_count_last`) per key."""
+    flow = Dataflow("keyed_step")
+    lines = op.input("read", flow, DirSource(input_dir, glob_pat=INPUT_GLOB))
+    stepped = op.stateful_map("step", op.map("parse", lines, _keyed_event), _step)
+    emitted = op.filter_map("emitted", stepped, lambda item: item[1])
+    op.output("write", emitted, LinesSink(output_dir))
+    return flow
+
+
 FLOWS: Final[dict[str, Callable[[Path, Path], Dataflow]]] = {
     "count_sum": count_sum_flow,
     "windowed": windowed_flow,
+    "keyed_step": keyed_step_flow,
 }
 
 

@@ -21,7 +21,8 @@ included; `startup_s` says how much of it passed before the dataflow was handed 
 
 Verify: the workers' output must equal the independent computation, `expected_aggregates` for
 `count_sum`, `expected_windows` for `windowed` (with no event late: a late event would be a
-count missing from its window). A run that computed anything else reports `verified: false`.
+count missing from its window), the counts of `expected_keyed_step` for `keyed_step`. A run
+that computed anything else reports `verified: false`.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ from typing import Any, Final, Literal
 
 import laminar_cluster
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
+from laminar_cluster.harness.reference_jobs import expected_keyed_step
 from laminar_cluster.harness.workload import Workload, chunks, expected_aggregates
 
-Job = Literal["count_sum", "windowed"]
+Job = Literal["count_sum", "windowed", "keyed_step"]
 EVENT_TIME_STEP_MS: Final = 10
 WINDOW_MS: Final = 60_000
 RUN_TIMEOUT_S: Final = 900.0
@@ -229,6 +231,19 @@ def verify_windowed(workload: Workload, records: list[dict[str, Any]]) -> tuple[
     return late == 0 and len(got) == len(closed) and got == expected_windows(workload), late
 
 
+def verify_keyed_step(workload: Workload, records: list[dict[str, Any]]) -> bool:
+    """Per key, the counts of the step's records equal `expected_keyed_step`'s. Their `last`
+    values are not compared: Bytewax reads the partitions' files interleaved, so a key's
+    events reach the step in another order than the stream's (the nodes' order)."""
+    got: dict[int, list[int]] = {}
+    for record in records:
+        got.setdefault(int(record["key"]), []).append(int(record["count"]))
+    expected = expected_keyed_step(workload)
+    return {key: sorted(counts) for key, counts in got.items()} == {
+        key: [count for count, _ in emitted] for key, emitted in expected.items()
+    }
+
+
 def measure_bytewax(
     workload: Workload,
     *,
@@ -240,8 +255,8 @@ def measure_bytewax(
 ) -> PeerFigures:
     """Write the input under `tmp`, run Bytewax over it (module docstring), verify its output.
     `workers` must be a multiple of `workers_per_process`; `tmp` is used and then emptied."""
-    if job not in ("count_sum", "windowed"):
-        raise InvalidArgument(f"bytewax peer job {job!r}; known: count_sum, windowed")
+    if job not in ("count_sum", "windowed", "keyed_step"):
+        raise InvalidArgument(f"bytewax peer job {job!r}; known: count_sum, windowed, keyed_step")
     if workers < 1 or workers_per_process < 1 or workers % workers_per_process:
         raise InvalidArgument(
             f"bytewax peer: {workers} workers in processes of {workers_per_process}"
@@ -260,6 +275,8 @@ def measure_bytewax(
         late = 0
         if job == "count_sum":
             verified = verify_count_sum(workload, records)
+        elif job == "keyed_step":
+            verified = verify_keyed_step(workload, records)
         else:
             verified, late = verify_windowed(workload, records)
     finally:
@@ -286,7 +303,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--job", choices=("count_sum", "windowed"), default="count_sum")
+    parser.add_argument(
+        "--job", choices=("count_sum", "windowed", "keyed_step"), default="count_sum"
+    )
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--workers-per-process", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -101,27 +101,35 @@ class PipelineBench:
         return 0 if view.checkpoint is None else int(view.checkpoint["committed_events"])
 
     async def throughput(self, nodes: int, workload: Workload) -> PipelineRun:
-        run = PipelineRun(nodes=nodes, events=workload.events)
-        run.figures["produce_s"] = round(await self.produce(workload), 3)
+        """Append `workload`, then time `nodes` nodes processing it (`process`)."""
+        produce_s = round(await self.produce(workload), 3)
+        run = await self.process(nodes, workload.events)
+        run.figures = {"produce_s": produce_s, **run.figures}
+        return run
+
+    async def process(self, nodes: int, events: int, node_args: Sequence[str] = ()) -> PipelineRun:
+        """Start `nodes` nodes (with `node_args`) on the log already holding `events` events;
+        time them until a committed checkpoint covers every event (module docstring)."""
+        run = PipelineRun(nodes=nodes, events=events)
         started = time.monotonic()
         for node in range(1, nodes + 1):
-            self.fleet.start(node)
+            self.fleet.start(node, node_args)
 
         async def done() -> bool:
-            return await self.committed() >= workload.events
+            return await self.committed() >= events
 
-        await self.wait(f"{workload.events:,} events committed by {nodes} nodes", done)
+        await self.wait(f"{events:,} events committed by {nodes} nodes", done)
         self.fleet.refresh()
         activated = [e for _, e in events_of(self.fleet.runs, "activated")]
         begin = float(activated[0]["t_mono"])
-        end = await self._covering_commit_at(workload.events)
+        end = await self._covering_commit_at(events)
         window_s = end - begin
         logged = checkpoint_figures(self.fleet.runs, since=begin)
         run.figures.update(
             {
                 "start_to_processing_s": round(begin - started, 3),
                 "process_s": round(window_s, 3),
-                "events_per_s": round(workload.events / max(window_s, 1e-9)),
+                "events_per_s": round(events / max(window_s, 1e-9)),
                 "seeded_nodes": len(_seed_nodes(self.fleet)),
                 "rotations": len(rotations(self.fleet.runs)),
                 "checkpoints": logged,

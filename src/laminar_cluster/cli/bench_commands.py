@@ -131,22 +131,50 @@ def bench_pipeline(
     events: Annotated[int, option("--events", min=1, help="Events per run.")] = 1_000_000,
     partitions: PartitionsOption = PARTITIONS_DEFAULT,
     keys: KeysOption = KEYS_DEFAULT,
-    nodes: Annotated[str, option("--nodes", help="Node counts to run, comma-separated.")] = (
-        "1,2,4"
-    ),
+    nodes: Annotated[
+        str | None,
+        option("--nodes", help="Node counts to run, comma-separated (default 1,2,4; --job: 1)."),
+    ] = None,
     fsync: Annotated[bool, option("--fsync/--no-fsync", help="fsync the file store.")] = True,
+    job: Annotated[
+        str | None,
+        option(
+            "--job",
+            help="Run this job (count_sum, windowed, keyed_step or module:attribute) on nodes "
+            "and Bytewax 0.21 on the same workload; print both and the ratio.",
+        ),
+    ] = None,
+    bytewax: Annotated[
+        bool, option("--bytewax/--no-bytewax", help="With --job: also measure Bytewax.")
+    ] = True,
     as_json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Real node processes on file://: committed events per second for 1, 2 and 4 nodes,
-    checkpoint duration p50/p99, store requests per checkpoint, recovery time after a SIGKILL."""
-    from laminar_cluster.bench.pipeline import print_pipeline, run_bench_pipeline
+    checkpoint duration p50/p99, store requests per checkpoint, recovery time after a SIGKILL.
+    With --job: a job on the nodes against Bytewax on the same workload, output verified."""
 
     def run() -> int:
-        try:
-            counts = tuple(int(part) for part in nodes.split(","))
-        except ValueError:
-            raise InvalidArgument(f"--nodes {nodes!r}: not comma-separated integers") from None
+        counts = _node_counts(nodes if nodes is not None else "1" if job else "1,2,4")
+        if job is not None:
+            from laminar_cluster.bench.pipeline_job import (
+                print_pipeline_job,
+                run_bench_pipeline_job,
+            )
+
+            figures = run_bench_pipeline_job(
+                job,
+                events=events,
+                partitions=partitions,
+                keys=keys,
+                node_counts=counts,
+                fsync=fsync,
+                bytewax=bytewax,
+            )
+            print_pipeline_job(figures, as_json=as_json)
+            return 0
+        from laminar_cluster.bench.pipeline import print_pipeline, run_bench_pipeline
+
         figures = run_bench_pipeline(
             events=events, partitions=partitions, keys=keys, node_counts=counts, fsync=fsync
         )
@@ -154,6 +182,13 @@ def bench_pipeline(
         return 0
 
     raise typer.Exit(guard(run))
+
+
+def _node_counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InvalidArgument(f"--nodes {text!r}: not comma-separated integers") from None
 
 
 def _positive(flag: str, text: str) -> Any:
