@@ -15,9 +15,11 @@ from laminar_cluster.bench.bytewax_peer import (
     expected_windows,
     measure_bytewax,
     verify_count_sum,
+    verify_keyed_step,
     verify_windowed,
     write_peer_input,
 )
+from laminar_cluster.harness.reference_jobs import expected_keyed_step
 from laminar_cluster.harness.workload import (
     Workload,
     chunks,
@@ -105,3 +107,26 @@ def test_the_verifiers_refuse_a_wrong_count_a_missing_key_and_a_late_event() -> 
     assert verify_windowed(WINDOWED, windows) == (True, 0)
     assert verify_windowed(WINDOWED, [*windows, {"key": 1, "window": 0, "late": 1}]) == (False, 1)
     assert verify_windowed(WINDOWED, windows[1:])[0] is False
+
+
+# 20,000 events over 100 keys: about 200 a key, so each key's step emits about 4 records.
+KEYED = Workload(seed=11, events=20_000, partitions=8, keys=100)
+
+
+@pytest.mark.processes
+def test_keyed_step_on_one_worker_emits_the_nodes_step_records_counts(tmp_path: Path) -> None:
+    expected = expected_keyed_step(KEYED)
+    assert sum(len(records) for records in expected.values()) >= 300
+    figures = measure_bytewax(KEYED, job="keyed_step", workers=1, tmp=tmp_path)
+    assert figures.verified
+
+
+def test_the_keyed_step_verifier_refuses_a_missing_or_extra_record() -> None:
+    records = [
+        {"key": k, "count": c, "last": v}
+        for k, emitted in expected_keyed_step(KEYED).items()
+        for c, v in emitted
+    ]
+    assert verify_keyed_step(KEYED, records)
+    assert not verify_keyed_step(KEYED, records[1:])
+    assert not verify_keyed_step(KEYED, [*records, records[0]])
