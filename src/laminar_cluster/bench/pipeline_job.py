@@ -7,13 +7,15 @@ Input: before any timing, the workload (`harness.workload`, seed 11) is written 
 the public `Producer` (partitioned by key; `t` by the Bytewax peer's rule,
 `bytewax_peer.event_time_ms` over the workload's partitions), and each node count runs on a
 copy of that store. Nodes: `nodes` processes of `laminar-cluster node --job PATH
---checkpoint-interval 1 --close-idle-windows 3`, timed as `bench pipeline` times them
-(`PipelineRun.process`: from the first node's activation to the leader's log line of the first
-committed checkpoint whose source offsets cover every event). Then, with the nodes still up,
+--checkpoint-interval 1 --close-idle-windows S` (S: 3 s, or longer for a larger workload),
+timed as `bench pipeline` times them (`PipelineBench.process`: from the first node's activation
+to the leader's log line of the first committed checkpoint whose source offsets cover every
+event). Then, with the nodes still up,
 the job's delivered output is read back from its sink files and checked against the
 independent computation (`bench.job_output`; reference jobs only, a user's job reports
 `verified: null`).
 
+The reference jobs' peers are the same computations in Bytewax; a user's job has none.
 Peer: Bytewax on the same workload written as JSON Lines (`bytewax_peer.measure_bytewax`) with
 as many workers as nodes (2 nodes: 2 worker processes), recovery snapshots every second. Its
 `events_per_s` counts its whole wall time, interpreter start included; `ratio` compares the
@@ -46,8 +48,11 @@ from laminar_cluster.views.output import console, print_json
 SEED: Final = 11
 RECORD_PARTITIONS: Final = 256
 PRODUCER_FLUSH_EVENTS: Final = 65_536
-CLOSE_IDLE_WINDOWS_S: Final = 3.0
-VERIFY_TIMEOUT_S: Final = 180.0
+CLOSE_IDLE_WINDOWS_S_MIN: Final = 3.0
+# A vnode waits for its next batch while the others' are read and run (256 partitions of up
+# to 8,192 events a read): its windows must not close as idle before its input ends.
+CLOSE_IDLE_EVENTS_PER_S: Final = 200_000
+VERIFY_TIMEOUT_S: Final = 120.0
 REFERENCE_MODULE: Final = "laminar_cluster.harness.reference_jobs"
 TARGET_RATIO_PER_NODE: Final = 1.2  # count_sum against Bytewax, one node to one worker
 TARGET_STEP_EVENTS_PER_S: Final = 150_000  # keyed_step, per node
@@ -173,7 +178,8 @@ async def _one(
     scratch = template.parent / f"nodes-{nodes}"
     shutil.copytree(template, scratch / "store")
     store = open_store(_url(scratch / "store", fsync))
-    node_args = ["--job", choice.path, "--close-idle-windows", str(CLOSE_IDLE_WINDOWS_S)]
+    idle_s = max(CLOSE_IDLE_WINDOWS_S_MIN, workload.events / CLOSE_IDLE_EVENTS_PER_S)
+    node_args = ["--job", choice.path, "--close-idle-windows", str(idle_s)]
     try:
         with NodeFleet(_url(scratch / "store", fsync), scratch, TIMINGS) as fleet:
             bench = PipelineBench(store, clock, fleet)
@@ -182,7 +188,7 @@ async def _one(
             figures["verified"], figures["verification"] = None, "a user's job: not checked"
             if choice.reference is not None:
                 verified, detail = await verify_reference_output(
-                    store, clock, choice.reference, expected, timeout_s=VERIFY_TIMEOUT_S
+                    store, clock, choice.reference, expected, timeout_s=VERIFY_TIMEOUT_S + idle_s
                 )
                 figures["verified"], figures["verification"] = verified, detail
         return figures
