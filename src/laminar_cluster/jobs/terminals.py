@@ -11,7 +11,7 @@ in and out of a snapshot (plain msgpack values; keys as [key, ...] pairs, never 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -66,12 +66,31 @@ class Terminal:
         """Take the state from `dump()`'s value (CorruptRecord if malformed)."""
 
 
+Update = Callable[[Any, Any], Any]
+
+
+def _update_all(updates: tuple[Update, ...]) -> Callable[[list[Any], Any], list[Any]]:
+    """New accumulators of one event: one call per aggregation, unrolled for up to three (the
+    running aggregates' per-event path; a generic comprehension costs a third more)."""
+    if len(updates) == 1:
+        (u0,) = updates
+        return lambda accs, event: [u0(accs[0], event)]
+    if len(updates) == 2:
+        u0, u1 = updates
+        return lambda accs, event: [u0(accs[0], event), u1(accs[1], event)]
+    if len(updates) == 3:
+        u0, u1, u2 = updates
+        return lambda accs, event: [u0(accs[0], event), u1(accs[1], event), u2(accs[2], event)]
+    return lambda accs, event: [u(a, event) for u, a in zip(updates, accs, strict=True)]
+
+
 class _Aggregating(Terminal):
     def __init__(self, aggregations: tuple[Aggregation, ...], key_name: str) -> None:
         self._aggregations = aggregations
         self._key_name = key_name
         self._initial = [aggregation.init() for aggregation in aggregations]
         self._updates = [aggregation.update for aggregation in aggregations]
+        self._update_all = _update_all(tuple(self._updates))
         self._values = [aggregation.value for aggregation in aggregations]
         self._adds = [aggregation.add for aggregation in aggregations]
         self._results = [(a.name, a.result) for a in aggregations]
@@ -110,10 +129,8 @@ class RunningAggregates(_Aggregating):
         self, key: Key, ts: int | None, event: Any, wm: int | None, out: list[Emit]
     ) -> None:
         """Add one event to its key's totals (atomic)."""
-        accs = self.accs.get(key, self._initial)
-        self.accs[key] = [
-            update(acc, event) for update, acc in zip(self._updates, accs, strict=False)
-        ]
+        accs = self.accs
+        accs[key] = self._update_all(accs.get(key, self._initial), event)
         self.changed[key] = None
 
     def apply_many(
@@ -172,7 +189,7 @@ class AlignedWindows(_Aggregating):
             return None
         by_key = self.open.get(start)
         accs = self._initial if by_key is None else by_key.get(key, self._initial)
-        accs = [update(acc, event) for update, acc in zip(self._updates, accs, strict=False)]
+        accs = self._update_all(accs, event)
         if by_key is None:
             by_key = self.open[start] = {}
             due = start + size + self._lateness
