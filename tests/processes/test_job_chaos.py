@@ -243,6 +243,7 @@ def _job_round(
         seed=seed,
         chaos_s=chaos_s,
         events=int(CLICKS_PER_S * chaos_s),
+        live_min=3,  # 3 to 5 nodes run the job
         node_args=("--job", JOB, "--close-idle-windows", str(IDLE_CLOSE_S)),
     )
     clicks = clickstream.clicks(seed=seed, count=config.events, users=USERS)
