@@ -27,6 +27,10 @@ With `fault_rate` > 0 every node's store sits behind the fault-injecting wrapper
 (`laminar-cluster node --fault-rate/--fault-seed/--fault-latency-ms`: errors before and after
 a write applied, latency), each process with its own seed.
 
+The pieces serve other rounds too: `ChaosRound` (the fleet and its seeded actions, with
+`node_args` for every node, e.g. a user's `--job`), `first_commit` and `schedule` over any
+`Gate` that lets the workload in; tests/processes/test_job_chaos.py runs a windowed job so.
+
     python -m tests.processes.chaos --minutes 60 [--seed S] [--fault-rate 0.02]
 
 runs rounds back to back (seeds S, S+1, ...) until the time is up; exit 1 on the first failure.
