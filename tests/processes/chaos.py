@@ -27,6 +27,10 @@ With `fault_rate` > 0 every node's store sits behind the fault-injecting wrapper
 (`laminar-cluster node --fault-rate/--fault-seed/--fault-latency-ms`: errors before and after
 a write applied, latency), each process with its own seed.
 
+The pieces serve other rounds too: `ChaosRound` (the fleet and its seeded actions, with
+`node_args` for every node, e.g. a user's `--job`), `first_commit` and `schedule` over any
+`Gate` that lets the workload in; tests/processes/test_job_chaos.py runs a windowed job so.
+
     python -m tests.processes.chaos --minutes 60 [--seed S] [--fault-rate 0.02]
 
 runs rounds back to back (seeds S, S+1, ...) until the time is up; exit 1 on the first failure.
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import signal
 import sys
@@ -44,9 +49,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from laminar_cluster.clock import RealClock
-from laminar_cluster.harness.exactly_once import CheckResult, check_exactly_once
+from laminar_cluster.harness.exactly_once import check_exactly_once
 from laminar_cluster.harness.fleet import STREAM_NODE_TIMINGS, NodeFleet, Run
 from laminar_cluster.harness.producer import GatedEventLog, produce_gated
 from laminar_cluster.harness.workload import Workload, expected_aggregates
@@ -75,6 +81,23 @@ class ChaosConfig:
     settle_s: float = 120.0
     fault_rate: float = 0.0
     fault_latency_ms: float = 0.0
+    node_args: tuple[str, ...] = ()  # passed to every node process (a job: `--job ...`)
+
+
+class Gate(Protocol):
+    """What lets the workload into the log: `allow(n)` lets the first `n` events in (never
+    fewer than before)."""
+
+    async def allow(self, events: int) -> None: ...
+
+
+class Verdict(Protocol):
+    """A round's check of its results (`CheckResult` for the count/sum)."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    def describe(self) -> str: ...
 
 
 @dataclass
@@ -83,7 +106,7 @@ class ChaosReport:
     actions: list[str] = field(default_factory=list)
     fenced_exits: int = 0
     leave_timeouts: int = 0
-    check: CheckResult | None = None
+    check: Verdict | None = None
     elapsed_s: float = 0.0
     error: str | None = None
 
@@ -110,7 +133,15 @@ class ChaosFailure(AssertionError):
     pass
 
 
-class _Round:
+def chaos_seed() -> int:
+    """LAMINAR_CHAOS_SEED if set (a replay), else a fresh random seed."""
+    found = os.environ.get("LAMINAR_CHAOS_SEED")
+    return int(found) if found else random.SystemRandom().randrange(2**32)
+
+
+class ChaosRound:
+    """One round's fleet, seeded choices and actions (`act`, `top_up`, `check_exits`)."""
+
     def __init__(self, config: ChaosConfig, fleet: NodeFleet, report: ChaosReport) -> None:
         self.config, self.fleet, self.report = config, fleet, report
         self.rng = random.Random(config.seed)
@@ -127,10 +158,10 @@ class _Round:
 
     def start(self, node: int) -> None:
         config = self.config
-        extra: list[str] = []
+        extra = list(config.node_args)
         if config.fault_rate > 0:
             seed = config.seed * 1_000 + len(self.fleet.runs)
-            extra = [
+            extra += [
                 *("--fault-rate", str(config.fault_rate), "--fault-seed", str(seed)),
                 *("--fault-latency-ms", str(config.fault_latency_ms)),
             ]
@@ -221,7 +252,7 @@ async def _chaos(config: ChaosConfig, workdir: Path, report: ChaosReport) -> Non
     reader = StatusReader(store, clock, event_log_opener(clock))
     try:
         with NodeFleet(url, workdir, TIMINGS) as fleet:
-            chaos = _Round(config, fleet, report)
+            chaos = ChaosRound(config, fleet, report)
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(
@@ -229,8 +260,8 @@ async def _chaos(config: ChaosConfig, workdir: Path, report: ChaosReport) -> Non
                             log, workload, deadline=clock.monotonic() + 600, batch_events=500
                         )
                     )
-                    await _first_commit(chaos, reader, log)
-                    await _schedule(chaos, log, config)
+                    await first_commit(chaos, reader, log)
+                    await schedule(chaos, log, config)
                     await log.allow(config.events)
                     chaos.top_up()
                     await _settle(chaos, reader, config)
@@ -244,7 +275,7 @@ async def _chaos(config: ChaosConfig, workdir: Path, report: ChaosReport) -> Non
         await store.close()
 
 
-async def _first_commit(chaos: _Round, reader: StatusReader, log: GatedEventLog) -> None:
+async def first_commit(chaos: ChaosRound, reader: StatusReader, log: Gate) -> None:
     """Start the first nodes and wait for a committed checkpoint that holds events.
 
     Chaos starts only then, so every recovery it provokes restores committed events (a node
@@ -266,7 +297,9 @@ async def _first_commit(chaos: _Round, reader: StatusReader, log: GatedEventLog)
         await asyncio.sleep(POLL_S)
 
 
-async def _schedule(chaos: _Round, log: GatedEventLog, config: ChaosConfig) -> None:
+async def schedule(chaos: ChaosRound, log: Gate, config: ChaosConfig) -> None:
+    """Over `chaos_s`, let the workload in at a steady pace (each POLL_S) and act every
+    `gap_s` (drawn)."""
     begin = time.monotonic()
     next_action = begin + chaos.rng.uniform(*config.gap_s)
     while (elapsed := time.monotonic() - begin) < config.chaos_s:
@@ -278,7 +311,7 @@ async def _schedule(chaos: _Round, log: GatedEventLog, config: ChaosConfig) -> N
         await asyncio.sleep(POLL_S)
 
 
-async def _settle(chaos: _Round, reader: StatusReader, config: ChaosConfig) -> None:
+async def _settle(chaos: ChaosRound, reader: StatusReader, config: ChaosConfig) -> None:
     deadline = time.monotonic() + config.settle_s
     committed = 0
     while committed < config.events:

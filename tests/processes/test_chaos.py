@@ -8,25 +8,19 @@ behind the fault-injecting wrapper (errors before and after a write applied, lat
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import pytest
 
-from tests.processes.chaos import ChaosConfig, run_chaos
+from tests.processes.chaos import ChaosConfig, chaos_seed, run_chaos
 
 pytestmark = pytest.mark.processes
-
-
-def _seed() -> int:
-    found = os.environ.get("LAMINAR_CHAOS_SEED")
-    return int(found) if found else random.SystemRandom().randrange(2**32)
 
 
 def test_chaos_kill_restart_join_leave_exactly_once(tmp_path: Path) -> None:
     """make test's round: a 25 s window (about 8 actions) over 80,000 events; the soak keeps
     60 s windows over 150,000."""
-    config = ChaosConfig(seed=_seed(), chaos_s=25.0, events=80_000)
+    config = ChaosConfig(seed=chaos_seed(), chaos_s=25.0, events=80_000)
     report = run_chaos(config, tmp_path)
     print(report.describe())
     assert report.passed, report.describe()
@@ -34,7 +28,7 @@ def test_chaos_kill_restart_join_leave_exactly_once(tmp_path: Path) -> None:
 
 @pytest.mark.soak  # flaky within make test's budget; see the closing note of issue 7
 def test_chaos_faulty_stores_exactly_once(tmp_path: Path) -> None:
-    config = ChaosConfig(seed=_seed(), chaos_s=30.0, fault_rate=0.01, fault_latency_ms=5.0)
+    config = ChaosConfig(seed=chaos_seed(), chaos_s=30.0, fault_rate=0.01, fault_latency_ms=5.0)
     report = run_chaos(config, tmp_path)
     print(report.describe())
     assert report.passed, report.describe()
@@ -47,7 +41,7 @@ def test_chaos_soak(tmp_path: Path) -> None:
     import time
 
     end = time.monotonic() + float(os.environ.get("LAMINAR_SOAK_MINUTES", "30")) * 60
-    seed, rounds = _seed(), 0
+    seed, rounds = chaos_seed(), 0
     while time.monotonic() < end:
         fault_rate = 0.01 if rounds % 2 else 0.0
         workdir = tmp_path / f"round-{rounds}"

@@ -15,13 +15,11 @@ a longer window, many seeds) is `python -m tests.processes.chaos --fault-rate 0.
 
 from __future__ import annotations
 
-import os
-import random
 from pathlib import Path
 
 import pytest
 
-from tests.processes.chaos import ChaosConfig, run_chaos
+from tests.processes.chaos import ChaosConfig, chaos_seed, run_chaos
 
 pytestmark = pytest.mark.processes
 
@@ -29,15 +27,10 @@ FAULT_RATE = 0.01
 FAULT_LATENCY_MS = 5.0
 
 
-def _seed() -> int:
-    found = os.environ.get("LAMINAR_CHAOS_SEED")
-    return int(found) if found else random.SystemRandom().randrange(2**32)
-
-
 @pytest.mark.timeout(240)
 def test_chaos_faulty_stores_exactly_once_bounded(tmp_path: Path) -> None:
     config = ChaosConfig(
-        seed=_seed(),
+        seed=chaos_seed(),
         chaos_s=20.0,
         events=60_000,
         keys=1_000,
