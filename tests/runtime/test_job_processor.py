@@ -248,3 +248,21 @@ def test_an_event_produced_under_another_key_stops_the_job() -> None:
     assert len(stopped) == 1
     with pytest.raises(Exception, match="stopped"):
         processor.capture((other,))
+
+
+def test_windows_of_a_vnode_that_has_not_read_all_its_input_stay_open() -> None:
+    """A vnode paused by a drain (or failing to read) is not idle, however long it waits: its
+    waiting events must not become late because its windows closed meanwhile."""
+    clock = _Clock()
+    processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
+    reading = {"done": False}
+    processor.caught_up = lambda vnode: reading["done"]
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"user": "a", "ts": 100}))
+    clock.now_s = 60.0
+    assert processor.quiescent()
+    assert _output(processor, A) == []
+    processor.commit_output(A)
+    reading["done"] = True
+    assert not processor.quiescent()
+    assert [r["count"] for _, r in _output(processor, A)] == [1]

@@ -157,6 +157,15 @@ class StreamEngine:
             return False
         return self.log.caught_up({p: table.offsets[p] for p in table.consumable()})
 
+    def caught_up(self, vnode: int) -> bool:
+        """Whether `vnode` runs unpaused and the published ends (as last polled, no request)
+        show nothing more in its partitions: all its input is read, as far as is known."""
+        table = self.table
+        if vnode in table.paused or vnode not in table.active:
+            return False
+        offsets = {p: o for p, o in table.offsets.items() if table.vnode_of(p) == vnode}
+        return self.log.caught_up(offsets)
+
     # -- figures -------------------------------------------------------------------------------
     async def source_lag(self, *, deadline: float) -> dict[int, int]:
         """Events behind the log's end, per consumed partition: the published ends (one

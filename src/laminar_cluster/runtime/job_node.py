@@ -108,16 +108,15 @@ class JobRuntime:
     def plane(self, store: ObjectStore, clock: Clock, config: EngineConfig) -> StreamEngine:
         """The data plane: the store's record log through this job."""
         log = EventLog(store, clock=clock)
-        self.processor = JobProcessor(
+        processor = JobProcessor(
             self.program, clock, idle_close_s=self.idle_close_s, on_fatal=self.on_fatal
         )
-        return StreamEngine(
-            clock=clock,
-            log=log,
-            processor=self.processor,
-            config=config,
-            read=read_records(log),
+        engine = StreamEngine(
+            clock=clock, log=log, processor=processor, config=config, read=read_records(log)
         )
+        processor.caught_up = engine.caught_up  # a paused or lagging vnode is not idle
+        self.processor = processor
+        return engine
 
     def open_deliverer(
         self, store: ObjectStore, authority: LeaderLeaseStore, leading: Callable[[], bool]

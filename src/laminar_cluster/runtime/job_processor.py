@@ -8,7 +8,9 @@ the vnode's *pending* output: the `Emit`s since its last committed cut, in order
   that is not a JSON object of the job's type goes to the dead-letter stream with its partition
   and offset (counted), the rest run through the job in order.
 * `capture`: for each vnode, the job's windows close first when its vnode saw no event for
-  `idle_close_s` (end of input: the watermark cannot move without events), the running
+  `idle_close_s` and has read all its input (`caught_up`, the engine's: unpaused, the log's
+  ends show nothing more; a vnode paused by a drain or failing to read is not idle), the end of
+  a finite input (the watermark cannot move without events); the running
   aggregates flush, and the state is encoded *now* (`VnodeRun.snapshot`, synchronous: its cost
   grows with the state, docs/jobs.md "State size"); the pending output is in flight. The
   encoder, in a worker thread, encodes the in-flight records: the participant's output, which
@@ -89,6 +91,8 @@ class JobProcessor:
             raise InvalidArgument(f"job idle_close_s {idle_close_s} must be positive")
         self.program, self.clock, self.idle_close_s = program, clock, idle_close_s
         self.on_fatal = on_fatal
+        # Whether a vnode has read all its input (the engine's `caught_up`); none: always.
+        self.caught_up: Callable[[int], bool] = lambda vnode: True
         self.failed: LaminarError | None = None  # the error that stopped the job
         self._runs: dict[int, VnodeRun] = {}
         self._pending: dict[int, list[Emit]] = {}
@@ -242,4 +246,4 @@ class JobProcessor:
         last_s = self._last_event_s.get(vnode)
         if self.idle_close_s is None or last_s is None or vnode not in self._closable:
             return False
-        return self.clock.monotonic() - last_s >= self.idle_close_s
+        return self.clock.monotonic() - last_s >= self.idle_close_s and self.caught_up(vnode)
