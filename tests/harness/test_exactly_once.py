@@ -1,6 +1,7 @@
-"""The demo's exactly-once comparison and its gated producer (harness.exactly_once,
-harness.producer) on memory://: a lost, a duplicated and a wrong-sum key are each found and
-named; the gate lets exactly the allowed events through and the log then equals an ungated run."""
+"""The exactly-once comparison and the gated producer (harness.exactly_once, harness.producer)
+on memory://: a lost, a duplicated and a wrong-sum key are each found and named; the gate lets
+exactly the allowed events through and the log then equals an ungated run; the demo's job check
+takes each key's newest running total."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import asyncio
 
 from laminar_cluster.clock import RealClock
 from laminar_cluster.connectors.eventlog import EventLog
-from laminar_cluster.harness.exactly_once import check_exactly_once, compare
+from laminar_cluster.harness.exactly_once import (
+    check_exactly_once,
+    check_job_exactly_once,
+    compare,
+    newest_totals,
+)
 from laminar_cluster.harness.producer import GatedEventLog, produce_gated
 from laminar_cluster.harness.workload import Workload, expected_aggregates, produce
+from laminar_cluster.jobs import DEAD_LETTER, MAIN, Emit
 from laminar_cluster.store import open_store
 
 
@@ -72,5 +79,33 @@ def test_check_of_an_empty_store_reports_every_event_lost() -> None:
         assert result.lost == 500 and result.duplicated == 0 and result.committed_events == 0
         assert result.wrong_keys == len(expected_aggregates(workload))
         assert result.describe().startswith("NOT exactly once")
+
+    asyncio.run(main())
+
+
+def test_job_totals_are_each_keys_newest_main_record() -> None:
+    """Running totals: a key's later record replaces its earlier one (a sum of them would count
+    the key's events twice); other streams are not totals."""
+    emits = [
+        Emit(MAIN, {"key": 2, "count": 1, "sum": 5}),
+        Emit(MAIN, {"key": 1, "count": 1, "sum": -3}),
+        Emit(DEAD_LETTER, {"key": 1, "count": 9, "sum": 9}),
+        Emit(MAIN, {"key": 2, "count": 3, "sum": 9}),
+    ]
+    totals = newest_totals(emits)
+    assert totals == {1: (1, -3), 2: (3, 9)}
+    assert list(totals) == [1, 2]
+
+
+def test_job_check_of_an_empty_store_reports_every_event_lost() -> None:
+    async def main() -> None:
+        clock = RealClock()
+        workload = Workload(seed=5, events=500, partitions=2, keys=20)
+        result = await check_job_exactly_once(
+            open_store("memory://"), clock, workload, deadline=clock.monotonic() + 30
+        )
+        assert not result.passed
+        assert result.lost == 500 and result.duplicated == 0 and result.committed_events == 0
+        assert result.wrong_keys == len(expected_aggregates(workload))
 
     asyncio.run(main())

@@ -6,9 +6,9 @@ Input: before any timing, `write_peer_input` writes the workload as JSON Lines, 
 workload partition (`part-00007.jsonl`), each partition's events in their order in the stream,
 a line per event: `{"key": k, "value": v}`, the keyed record the nodes read. For the windowed
 job each line also carries the event time, `"ts_ms"`, by one rule the nodes' windowed job uses
-too: **ts_ms = offset_in_partition * EVENT_TIME_STEP_MS** (10 ms: the i-th event of a partition,
-counting from 0, happened at i * 10 ms), windows of `WINDOW_MS` (one minute) aligned to 0, so an
-event belongs to window `ts_ms // 60,000`.
+too, `harness.workload.event_time_ms`: **ts_ms = offset_in_partition * EVENT_TIME_STEP_MS** (10
+ms: the i-th event of a partition, counting from 0, happened at i * 10 ms), windows of
+`WINDOW_MS` (one minute) aligned to 0, so an event belongs to window `ts_ms // 60,000`.
 
 Run: each measurement initialises a fresh Bytewax recovery directory (one partition per
 worker), then starts the Bytewax processes (`python -m laminar_cluster.bench.bytewax_flows`,
@@ -44,10 +44,14 @@ from typing import Any, Final, Literal
 import laminar_cluster
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument, LaminarError
 from laminar_cluster.harness.reference_jobs import expected_keyed_step
-from laminar_cluster.harness.workload import Workload, chunks, expected_aggregates
+from laminar_cluster.harness.workload import (
+    Workload,
+    chunks,
+    event_time_ms,
+    expected_aggregates,
+)
 
 Job = Literal["count_sum", "windowed", "keyed_step"]
-EVENT_TIME_STEP_MS: Final = 10
 WINDOW_MS: Final = 60_000
 RUN_TIMEOUT_S: Final = 900.0
 FLOWS_MODULE: Final = "laminar_cluster.bench.bytewax_flows"
@@ -71,11 +75,6 @@ class PeerFigures:
     def as_json(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict."""
         return asdict(self)
-
-
-def event_time_ms(offset_in_partition: int) -> int:
-    """The event time of a partition's event at `offset_in_partition` (from 0)."""
-    return offset_in_partition * EVENT_TIME_STEP_MS
 
 
 def write_peer_input(

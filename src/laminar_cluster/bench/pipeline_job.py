@@ -5,7 +5,7 @@ show").
 Input: before any timing, the workload (`harness.workload`, seed 11) is written once as records
 `{"key": k, "value": v, "ts_ms": t}` into a record log of `RECORD_PARTITIONS` partitions with
 the public `Producer` (partitioned by key; `t` by the Bytewax peer's rule,
-`bytewax_peer.event_time_ms` over the workload's partitions), and each node count runs on a
+`harness.workload.event_time_ms` over the workload's partitions), and each node count runs on a
 copy of that store. Nodes: `nodes` processes of `laminar-cluster node --job PATH
 --checkpoint-interval 1 --close-idle-windows S` (S: 3 s, or longer for a larger workload),
 timed as `bench pipeline` times them (`PipelineBench.process`: from the first node's activation
@@ -40,7 +40,7 @@ from laminar_cluster.connectors.producer import Producer
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.harness.fleet import NodeFleet
 from laminar_cluster.harness.reference_jobs import REFERENCE_JOBS, expected_keyed_step
-from laminar_cluster.harness.workload import Workload, chunks, expected_aggregates
+from laminar_cluster.harness.workload import Workload, expected_aggregates, record_chunks
 from laminar_cluster.runtime.job_node import JobRuntime, load_job
 from laminar_cluster.store import open_store
 from laminar_cluster.views.output import console, print_json
@@ -96,18 +96,13 @@ async def write_record_log(url: str, workload: Workload) -> float:
     clock = RealClock()
     started = clock.monotonic()
     store = open_store(url)
-    offsets = [0] * workload.partitions
     try:
         async with Producer(
             store, partitions=RECORD_PARTITIONS, clock=clock, flush_events=PRODUCER_FLUSH_EVENTS
         ) as producer:
-            for chunk in chunks(workload):
-                for partition, key, value in zip(
-                    chunk.partitions, chunk.keys, chunk.values, strict=True
-                ):
-                    ts_ms = bytewax_peer.event_time_ms(offsets[partition])
-                    offsets[partition] += 1
-                    await producer.send(key, {"key": key, "value": value, "ts_ms": ts_ms})
+            for records in record_chunks(workload):
+                for key, record in records:
+                    await producer.send(key, record)
     finally:
         await store.close()
     return clock.monotonic() - started

@@ -4,13 +4,17 @@ On a fresh store (a temporary local directory unless `--store` names one; then a
 namespace under it) it
 
 1. probes the store contract (the properties the control plane relies on);
-2. runs the scenario of `demo_run`: 3 stream node processes, the deterministic workload
-   (default 1,000,000 events over 64 partitions and 10,000 keys) produced in quarters, a
-   fourth node joining, the leader SIGKILLed, a follower SIGTERMed (graceful leave), until
-   the last committed checkpoint covers every event; the live cluster view meanwhile;
-3. checks the committed output against the aggregates computed independently from the
-   workload generator (`demo_check`): every key's count and sum equal, so no event was lost
-   and none counted twice;
+2. runs the scenario of `demo_run`: 3 stream node processes running the reference job
+   `count_sum` (`harness.reference_jobs`, written with the public job API: count and sum per
+   key), the deterministic workload (default 1,000,000 events over 64 partitions and 10,000
+   keys) produced as records through the public `Producer` into a record log of 256
+   partitions, in quarters, a fourth node joining, the leader SIGKILLed, a follower SIGTERMed
+   (graceful leave), until the last committed checkpoint covers every event; the live cluster
+   view meanwhile;
+3. checks the job's committed output (per key the count and sum of the newest committed
+   checkpoint) against the aggregates computed independently from the workload generator
+   (`exactly_once.check_job_exactly_once`): every key's count and sum equal, so no event was
+   lost and none counted twice;
 4. prints a summary: events per second (committed events over the time from the first event
    let into the log to the last one committed, faults included), checkpoints committed and
    aborted, rotations (committed assignment versions after the seed), failover time (leader
@@ -118,8 +122,9 @@ def _print_summary(figures: dict[str, Any]) -> None:
     table.add_row(
         "workload",
         f"{workload['events']:,} events, {workload['partitions']} partitions, "
-        f"{workload['keys']:,} keys (seed {workload['seed']}); "
-        f"{figures.get('vnodes') or VNODE_COUNT_DEFAULT} vnodes",
+        f"{workload['keys']:,} keys (seed {workload['seed']}) as records in a log of "
+        f"{workload['record_partitions']} partitions; "
+        f"{figures.get('vnodes') or VNODE_COUNT_DEFAULT} vnodes; job {figures['job']}",
     )
     if "events_per_s" in figures:
         _scenario_rows(table, figures)

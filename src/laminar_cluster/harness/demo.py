@@ -1,6 +1,7 @@
 """The demo's run (`laminar-cluster demo`): probe the store, run the scenario of `demo_run`
-on a node fleet, count the outcomes and check the committed output exactly once; it returns
-the figures the command prints."""
+(nodes running the reference job `count_sum`) on a node fleet, count the outcomes and check the
+job's committed output exactly once (`exactly_once.check_job_exactly_once`); it returns the
+figures the command prints."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from laminar_cluster.assignment.snapshot import AssignmentSnapshotStore
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcomes
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import InvalidArgument, LaminarError
-from laminar_cluster.harness.demo_run import DemoScenario, Marks
+from laminar_cluster.harness.demo_run import JOB_PATH, DemoScenario, Marks
 from laminar_cluster.harness.demo_view import DemoView
-from laminar_cluster.harness.exactly_once import CheckResult, check_exactly_once
+from laminar_cluster.harness.exactly_once import CheckResult, check_job_exactly_once
 from laminar_cluster.harness.fleet import NodeFleet, NodeTimings
 from laminar_cluster.harness.pipeline_logs import checkpoint_figures, rotations
+from laminar_cluster.harness.producer import RECORD_PARTITIONS
 from laminar_cluster.harness.workload import Workload, expected_aggregates
 from laminar_cluster.runtime.output import committed_checkpoints, open_output_authority
 from laminar_cluster.store import ObjectStore, open_store
@@ -49,6 +51,7 @@ async def run_demo_scenario(
     figures: dict[str, Any] = {
         "store": url,
         "workload": _workload_json(workload),
+        "job": JOB_PATH,
         "vnodes": timings.vnode_count,
     }
     try:
@@ -94,7 +97,9 @@ def _show_probe(view: DemoView, probe: ProbeReport) -> None:
 async def _check(store: ObjectStore, clock: Clock, workload: Workload) -> CheckResult:
     deadline = clock.monotonic() + CHECK_TIMEOUT_S
     expected = await asyncio.to_thread(expected_aggregates, workload)
-    return await check_exactly_once(store, clock, workload, deadline=deadline, expected=expected)
+    return await check_job_exactly_once(
+        store, clock, workload, deadline=deadline, expected=expected
+    )
 
 
 async def _outcome_counts(store: ObjectStore, clock: Clock) -> dict[str, int]:
@@ -145,4 +150,5 @@ def _workload_json(workload: Workload) -> dict[str, int]:
         "events": workload.events,
         "partitions": workload.partitions,
         "keys": workload.keys,
+        "record_partitions": RECORD_PARTITIONS,
     }

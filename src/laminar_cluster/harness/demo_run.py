@@ -1,9 +1,15 @@
-"""The demo's scenario: real stream nodes on one store, a workload, a join, a SIGKILLed leader and
-a graceful leave, until every event is committed (issue 7 "The main job and the views").
+"""The demo's scenario: real stream nodes running a job on one store, a workload, a join, a
+SIGKILLed leader and a graceful leave, until every event is committed (issue 7 "The main job and
+the views"; issue 16: "The reference count/sum becomes one job written with this API, and the
+demo runs it").
 
-Phases (each bounded by `PHASE_TIMEOUT_S`, off file:// `REMOTE_PHASE_TIMEOUT_S`; the workload is
-let through in quarters by the gated producer, `demo_producer`, so each change lands while events
-flow):
+The nodes run the reference job `count_sum` (`harness.reference_jobs`, written with the public
+job API: count and sum per key) with `--job JOB_PATH`. The workload goes into a record log of
+`producer.RECORD_PARTITIONS` partitions as records `{"key", "value", "ts_ms"}` through the
+public `Producer`, let through in quarters by the gated producer (`producer.GatedRecords`), so
+each change lands while events flow.
+
+Phases (each bounded by `PHASE_TIMEOUT_S`, off file:// `REMOTE_PHASE_TIMEOUT_S`):
 
 1. start nodes 1, 2, 3 and wait until all run the seeded assignment and one leads;
 2. let the first quarter through; wait for a committed checkpoint that holds events;
@@ -13,7 +19,9 @@ flow):
    for the first commit whose fence no longer names the killed boot (failover and recovery);
 5. let the rest through, and once half of it is in the log SIGTERM a follower; wait until it
    has left (exit 0);
-6. wait until the last committed checkpoint's source offsets add up to the whole workload.
+6. wait until the last committed checkpoint's source offsets add up to the whole workload (a
+   record log's offsets count events, so they do; that checkpoint's output holds the job's
+   flush of every key's final count and sum).
 
 Progress comes from the store (the status view, read every `STATUS_EVERY_S`) and from the
 nodes' JSON-lines logs; nothing is asked of a node. A node exiting that the scenario did not
@@ -46,7 +54,7 @@ from laminar_cluster.harness.pipeline_logs import (
     leader_run,
     owned_vnodes,
 )
-from laminar_cluster.harness.producer import GatedEventLog, produce_gated
+from laminar_cluster.harness.producer import GatedRecords
 from laminar_cluster.harness.workload import Workload
 from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.status import StatusReader, StatusView, event_log_opener
@@ -76,6 +84,8 @@ REMOTE_TIMINGS: Final = dataclasses.replace(
     leave_timeout_s=120.0,
     stats_interval_s=5.0,  # `requests` log events: what a slow run spent its requests on
 )
+JOB_PATH: Final = "laminar_cluster.harness.reference_jobs:count_sum"
+NODE_ARGS: Final = ("--job", JOB_PATH)
 FIRST_NODES: Final = (1, 2, 3)
 JOINER: Final = 4
 POLL_S: Final = 0.1
@@ -129,7 +139,7 @@ class DemoScenario:
     ) -> None:
         self.store, self.clock, self.fleet = store, clock, fleet
         self.workload, self.view = workload, view
-        self.log = GatedEventLog(store, clock=clock)
+        self.log = GatedRecords(store, clock=clock)
         self.reader = StatusReader(store, clock, event_log_opener(clock))
         self.marks = Marks(started=clock.monotonic())
         self.committed = 0
@@ -152,7 +162,7 @@ class DemoScenario:
 
     async def _produce(self) -> None:
         deadline = self.clock.monotonic() + PRODUCE_TIMEOUT_S
-        await produce_gated(self.log, self.workload, deadline=deadline)
+        await self.log.produce(self.workload, deadline=deadline)
         self.marks.produced_all = self.clock.monotonic()
 
     def _share(self, quarters: int) -> int:
@@ -162,7 +172,7 @@ class DemoScenario:
         marks, fleet = self.marks, self.fleet
         self._phase(f"starting nodes {', '.join(map(str, FIRST_NODES))}")
         for node in FIRST_NODES:
-            fleet.start(node)
+            fleet.start(node, NODE_ARGS)
         await self._wait("the first nodes run the seeded assignment under a leader", self._seeded)
 
         self._phase(f"producing {self.workload.events:,} events in quarters; the first one now")
@@ -174,7 +184,7 @@ class DemoScenario:
         self._phase(f"node {JOINER} joins (graceful rotation) while the second quarter flows")
         await self.log.allow(self._share(2))
         marks.join_started = self.clock.monotonic()
-        fleet.start(JOINER)
+        fleet.start(JOINER, NODE_ARGS)
         await self._wait(f"every node runs an assignment giving node {JOINER} vnodes", self._joined)
         marks.joined = self.clock.monotonic()
 

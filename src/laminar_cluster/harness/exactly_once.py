@@ -3,8 +3,12 @@ committed output against an independent computation of the expected aggregates: 
 lost, none counted twice").
 
 The committed side is `runtime.output.read_committed_output`: the sink outputs of every
-committed cluster checkpoint that the visibility rules show (DC-11), folded into count and sum
-per key. The expected side is `harness.workload.expected_aggregates`, computed straight from
+committed cluster checkpoint that the visibility rules show (DC-11). For the built-in integer
+processor (`check_exactly_once`: the chaos test, `bench pipeline` without `--job`) they are
+count and sum deltas, folded per key. For the demo's job, the reference `count_sum`
+(`check_job_exactly_once`), they are the job's running totals: each flush emits a changed
+key's current count and sum, so per key the record of the newest committed checkpoint is the
+total. The expected side is `harness.workload.expected_aggregates`, computed straight from
 the workload generator without the event log. They must be equal key by key; the first key
 that differs (in key order) is named, with the totals of events lost (expected but not
 committed) and counted twice (committed beyond the expected count).
@@ -18,7 +22,10 @@ from typing import Any, Final
 
 from laminar_cluster.clock import Clock, within_deadline
 from laminar_cluster.harness.workload import Aggregates, Workload, expected_aggregates
+from laminar_cluster.jobs import MAIN, Emit
+from laminar_cluster.runtime.job_processor import decode_output
 from laminar_cluster.runtime.output import (
+    CommittedOutput,
     aggregate_committed,
     decode_aggregate_records,
     open_output_authority,
@@ -121,7 +128,44 @@ async def check_exactly_once(
     if expected is None:
         async with within_deadline(clock, deadline, "expected aggregates"):
             expected = await asyncio.to_thread(expected_aggregates, workload)
-    committed = aggregate_committed(result.records)
+    return _result(aggregate_committed(result.records), expected, result)
+
+
+async def check_job_exactly_once(
+    store: ObjectStore,
+    clock: Clock,
+    workload: Workload,
+    *,
+    deadline: float,
+    expected: Aggregates | None = None,
+) -> CheckResult:
+    """Read every committed output of the `count_sum` job on `store` and compare the newest
+    count and sum of each key with `workload`'s aggregates (`expected`, when the caller
+    computed them already)."""
+    authority = open_output_authority(store, clock)
+    result = await read_committed_output(
+        authority, lambda data: decode_output(data, what="count_sum output"), deadline=deadline
+    )
+    if expected is None:
+        async with within_deadline(clock, deadline, "expected aggregates"):
+            expected = await asyncio.to_thread(expected_aggregates, workload)
+    return _result(newest_totals(result.records), expected, result)
+
+
+def newest_totals(emits: list[Emit]) -> Aggregates:
+    """Per key the (count, sum) of its last main-stream record (committed outputs come in
+    checkpoint order, a node's records in their order), keys ascending."""
+    newest: Aggregates = {}
+    for emit in emits:
+        if emit.stream == MAIN:
+            record = emit.record
+            newest[int(record["key"])] = (int(record["count"]), int(record["sum"]))
+    return dict(sorted(newest.items()))
+
+
+def _result(
+    committed: Aggregates, expected: Aggregates, result: CommittedOutput[Any]
+) -> CheckResult:
     lost, duplicated, wrong, wrong_keys = compare(committed, expected)
     return CheckResult(
         expected_events=sum(count for count, _ in expected.values()),

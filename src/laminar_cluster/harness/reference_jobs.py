@@ -2,9 +2,10 @@
 their output must be (computed independently, straight from the workload's generator).
 
 Each job reads the store's record log of the workload's events `{"key": k, "value": v,
-"ts_ms": t}` (written by `bench.pipeline_job.write_record_log`; `ts_ms` by the Bytewax peer's
-rule, `bench.bytewax_peer.event_time_ms`) and writes its main output as JSON Lines files under
-its own prefix of the cluster's store (`output_prefix(name)`):
+"ts_ms": t}` (`harness.workload.record_chunks`, written by `bench.pipeline_job.write_record_log`
+and by the demo; `ts_ms` by `harness.workload.event_time_ms`, the Bytewax peer's rule too) and
+writes its main output as JSON Lines files under its own prefix of the cluster's store
+(`output_prefix(name)`):
 
 * `count_sum`: per key the count and the sum of `value` (running aggregates, each flush
   emitting the keys changed since the last); the newest record of each key must equal

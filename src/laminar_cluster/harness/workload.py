@@ -42,10 +42,12 @@ CHUNK_EVENTS: Final = 65_536
 WORKLOAD_EVENTS_MAX: Final = 2**40
 WORKLOAD_KEYS_MAX: Final = 2**32
 VALUE_BIAS: Final = 64
+EVENT_TIME_STEP_MS: Final = 10
 _DOMAIN: Final = b"laminar-cluster workload v1"
 
 Aggregates = dict[int, tuple[int, int]]  # key -> (count, sum)
 Progress = Callable[[int, int], None]  # (events written so far, events in the workload)
+KeyedRecord = tuple[int, dict[str, int]]  # (key, {"key": k, "value": v, "ts_ms": t})
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,25 @@ def chunks(workload: Workload) -> Iterator[Chunk]:
             keys=[(w & 0xFFFF_FFFF) % keys for w in words],
             values=[(w >> 56) - VALUE_BIAS for w in words],
         )
+
+
+def event_time_ms(offset_in_partition: int) -> int:
+    """The event time of a workload partition's event at `offset_in_partition` (from 0):
+    `offset_in_partition * EVENT_TIME_STEP_MS`, the rule of the record log and Bytewax's input."""
+    return offset_in_partition * EVENT_TIME_STEP_MS
+
+
+def record_chunks(workload: Workload) -> Iterator[list[KeyedRecord]]:
+    """The workload's events as keyed records `{"key": k, "value": v, "ts_ms": t}` (`t` by
+    `event_time_ms` over the workload's partitions), in stream order, a chunk at a time."""
+    offsets = [0] * workload.partitions
+    for chunk in chunks(workload):
+        records: list[KeyedRecord] = []
+        for partition, key, value in zip(chunk.partitions, chunk.keys, chunk.values, strict=True):
+            ts_ms = event_time_ms(offsets[partition])
+            offsets[partition] += 1
+            records.append((key, {"key": key, "value": value, "ts_ms": ts_ms}))
+        yield records
 
 
 def expected_aggregates(workload: Workload) -> Aggregates:
