@@ -243,11 +243,22 @@ def test_an_event_produced_under_another_key_stops_the_job() -> None:
     )
     other = (A + 1) % 256
     processor.restore(other, None)
-    with pytest.raises(KeyMismatch, match=f"belongs to vnode {A}, not {other}"):
+    with pytest.raises(KeyMismatch, match=f"whose partition is {A} modulo 256, not {other}"):
         processor.process(other, other, _batch(0, {"user": "a", "n": 1}))
     assert len(stopped) == 1
     with pytest.raises(Exception, match="stopped"):
         processor.capture((other,))
+
+
+def test_a_node_of_16_vnodes_runs_the_events_of_its_vnodes_partitions() -> None:
+    """With `--vnodes 16`, vnode v reads every record partition p with p % 16 == v: a key of
+    partition p is in place there (the demo on S3 runs 16 vnodes)."""
+    user = next(f"u{i}" for i in range(10_000) if _vnode(f"u{i}") >= 16)
+    partition = _vnode(user)
+    processor = JobProcessor(compile_(_counts()), SimulatedClock(), idle_close_s=None)
+    processor.restore(partition % 16, None)
+    processor.process(partition % 16, partition, _batch(0, {"user": user, "n": 5}))
+    assert _output(processor, partition % 16) == [("main", {"user": user, "count": 1, "total": 5})]
 
 
 def test_windows_of_a_vnode_that_has_not_read_all_its_input_stay_open() -> None:

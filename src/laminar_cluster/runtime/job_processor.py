@@ -18,8 +18,9 @@ the vnode's *pending* output: the `Emit`s since its last committed cut, in order
 * `commit_output`: the in-flight records are history; `abort_output`: they stay pending, and
   the next cut emits them again before what came after.
 
-The first event of each batch is checked to belong to the batch's vnode by the job's key
-(`key_hash(key) % 256`): an event log produced under another key than the job's `key_by` would
+The first event of each batch is checked to belong to the batch's partition by the job's key
+(`key_hash(key) % 256` equals the partition modulo 256, whatever the node's vnode count): an
+event log produced under another key than the job's `key_by` would
 split a key's state across vnodes silently; this stops the job instead (`KeyMismatch`).
 
 A job that cannot go on stops its node (docs/jobs.md, "Errors"): a step that raised under the
@@ -144,17 +145,21 @@ class JobProcessor:
         self._last_event_s[vnode] = self.clock.monotonic()
 
     def _check_key(self, vnode: int, partition: int, offset: int, event: Any) -> None:
-        """KeyMismatch unless the job's key of `event` belongs to `vnode`."""
+        """KeyMismatch unless the job's key of `event` belongs to `partition`: a record log
+        has a multiple of 256 partitions, so a key's partition modulo 256 is
+        `key_hash(key) % 256` whatever the partition count, and a node of any vnode count
+        reads every partition of its vnodes whole (`vnode` names it in the message)."""
         try:
             key = self.program.key_of(event)
         except Exception:  # the user's key function: its failure is the run's to report
             return
-        owner = key_hash(key) % VNODE_COUNT
-        if owner != vnode % VNODE_COUNT:
+        home = key_hash(key) % VNODE_COUNT
+        if home != partition % VNODE_COUNT:
             raise KeyMismatch(
-                f"job {self.program.job.name}: the event at partition {partition}, offset "
-                f"{offset} has key {key!r}, which belongs to vnode {owner}, not {vnode}: it was "
-                "produced under another key than the job's key_by; produce with the job's key"
+                f"job {self.program.job.name}: the event at partition {partition} (vnode "
+                f"{vnode}), offset {offset} has key {key!r}, whose partition is {home} modulo "
+                f"{VNODE_COUNT}, not {partition % VNODE_COUNT}: it was produced under another "
+                "key than the job's key_by; produce with the job's key"
             )
         self._closable.add(vnode)
 
