@@ -266,3 +266,31 @@ def test_every_series_is_laminar_prefixed_and_every_counter_ends_in_total() -> N
             assert sample.name.startswith("laminar_"), sample.name
             if family.type == "counter" and not sample.name.endswith("_created"):
                 assert sample.name.endswith("_total"), sample.name
+
+
+@dataclass
+class JobProgress:
+    """`progress()` figures of a node running a job."""
+
+    late_events: int
+    dead_letters: int
+
+
+@dataclass
+class JobEngine(BareEngine):
+    late_events: int = 0
+    dead_letters: int = 0
+
+    def progress(self) -> JobProgress:
+        return JobProgress(self.late_events, self.dead_letters)
+
+
+def test_a_jobs_late_events_and_dead_letters_are_gauges_of_the_vnodes_held() -> None:
+    metrics = NodeMetrics()
+    engine = JobEngine(RegistrySnapshot(version=1, owners=(2,)), late_events=7, dead_letters=2)
+    metrics.update_from(FakeController(), engine)
+    assert metrics.value("laminar_job_late_events") == 7.0
+    assert metrics.value("laminar_job_dead_letters") == 2.0
+    engine.late_events = 3  # a vnode moved away with its count
+    metrics.update_from(FakeController(), engine)
+    assert metrics.value("laminar_job_late_events") == 3.0

@@ -143,12 +143,25 @@ class NodeMetrics:
             registry=r,
         )
         self._define_store_and_placement(r)
+        self._define_job(r)
         for op in STORE_OPS:  # every operation's series exists from the start, at 0
             self.store_requests.labels(op=op)
         for verdict in CheckpointVerdict:
             self.checkpoint_outcomes.labels(verdict=verdict.value)
         self.source_lag.set(math.nan)
         self._events_seen = 0
+
+    def _define_job(self, r: CollectorRegistry) -> None:
+        self.job_late_events = Gauge(
+            "laminar_job_late_events",
+            "A job's events too late for their windows, in the vnodes this node holds",
+            registry=r,
+        )
+        self.job_dead_letters = Gauge(
+            "laminar_job_dead_letters",
+            "A job's dead letters (unparseable events, raising steps), in the vnodes held",
+            registry=r,
+        )
 
     def _define_store_and_placement(self, r: CollectorRegistry) -> None:
         """The store, placement and last-commit series (part of `__init__`)."""
@@ -264,6 +277,13 @@ class NodeMetrics:
         quiescent = _optional(engine, "quiescent_through")
         if quiescent is not None and quiescent() is not None:
             self.commit_seen()  # DC-21: everything here is in the last commit
+        for gauge, name in (
+            (self.job_late_events, "late_events"),
+            (self.job_dead_letters, "dead_letters"),
+        ):
+            value = getattr(figures, name, None)
+            if isinstance(value, int):
+                gauge.set(value)
         processed = getattr(figures, "events_processed", None)
         if isinstance(processed, int):
             if processed > self._events_seen:  # a counter only rises; a new engine starts at 0

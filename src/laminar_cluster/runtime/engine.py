@@ -209,6 +209,7 @@ class EngineView:
             batches=counters.batches,
             offsets=dict(sorted(table.offsets.items())),
             paused_partitions=len(table.paused_partitions()),
+            figures=plane.processor.figures(),
         )
 
     async def source_lag(self, *, deadline: float) -> dict[int, int]:

@@ -126,6 +126,8 @@ class EngineProgress:
     restores: int
     errors: int
     last_error: str | None = None
+    late_events: int = 0  # a job's, in the state of the vnodes held now
+    dead_letters: int = 0
 
 
 def engine_progress(
@@ -135,6 +137,7 @@ def engine_progress(
     batches: int = 0,
     offsets: dict[int, int] | None = None,
     paused_partitions: int = 0,
+    figures: dict[str, int] | None = None,
 ) -> EngineProgress:
     """The host's figures with a data plane's (zero for a plane that counts none)."""
     return EngineProgress(
@@ -151,4 +154,6 @@ def engine_progress(
         restores=host.restores,
         errors=host.errors,
         last_error=host.last_error,
+        late_events=(figures or {}).get("late_events", 0),
+        dead_letters=(figures or {}).get("dead_letters", 0),
     )

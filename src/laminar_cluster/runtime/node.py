@@ -393,9 +393,8 @@ class _Observer:
             "errors": progress.errors,
             "led": dict(sorted(owner.checkpoints.items())),
         }
-        processor = None if owner.job is None else owner.job.processor
-        if processor is not None:  # a job's late events and dead letters (job_processor)
-            figures.update(processor.figures())
+        if owner.job is not None:  # a job's late events and dead letters (job_processor)
+            figures.update(late_events=progress.late_events, dead_letters=progress.dead_letters)
         # Checkpoints alone (cuts, commits, led) do not make an idle node log every interval.
         moved = tuple(figures[k] for k in MOVED_FIGURES)
         if moved == self._shown:

@@ -18,6 +18,7 @@ The engine owns sources, ownership and checkpoints; a processor owns only data, 
   processed after the cut stay pending. `abort_output(vnode)`: it stays pending, so the next
   capture emits it again, merged with what came after (DC §1.9).
 * `drop(vnode)`: forget a vnode that left this process (or before a cold restore).
+* `figures()`: counts worth showing (a job's late events and dead letters; none here).
 * `quiescent()`: nothing would change at a cut without new events (DC-21's quiet checkpoints
   skip only then); a job whose idle windows are due to close says False.
 
@@ -79,6 +80,8 @@ class Processor(Protocol):
     def drop(self, vnode: int) -> None: ...
 
     def quiescent(self) -> bool: ...
+
+    def figures(self) -> dict[str, int]: ...
 
 
 class AggregateSlice(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -240,6 +243,10 @@ class KeyedAggregation:
     def quiescent(self) -> bool:
         """Always: a cut without new events changes nothing."""
         return True
+
+    def figures(self) -> dict[str, int]:
+        """None: every event is counted, none is late or a dead letter."""
+        return {}
 
     def _freeze(self, vnode: int) -> _Frozen:
         empty: dict[int, int] = {}
