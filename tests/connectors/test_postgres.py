@@ -118,7 +118,9 @@ async def waiting_sink_pids(admin: psycopg.AsyncConnection[Any], expected: int) 
     raise AssertionError(f"{expected} sink backends never waited on a lock")
 
 
-def test_upserts_by_key_across_deliveries_last_record_wins(postgres_dsn: str, table: str) -> None:
+def test_pg3_upserts_by_key_across_deliveries_last_record_wins(
+    postgres_dsn: str, table: str
+) -> None:
     async def body() -> None:
         sink_writer = writer(postgres_dsn, table)
         first = [count("a", 1), count("b", 2), count("a", 3)]
@@ -132,7 +134,7 @@ def test_upserts_by_key_across_deliveries_last_record_wins(postgres_dsn: str, ta
     assert markers(postgres_dsn, table) == [("clicks", 1, 1, 3), ("clicks", 1, 2, 2)]
 
 
-def test_replay_of_an_applied_delivery_is_a_noop(postgres_dsn: str, table: str) -> None:
+def test_pg1_replay_of_an_applied_delivery_is_a_noop(postgres_dsn: str, table: str) -> None:
     async def body() -> None:
         sink_writer = writer(postgres_dsn, table)
         assert await sink_writer.deliver(delivery(1, [count("a", 1)]), deadline=soon())
@@ -148,7 +150,7 @@ def test_replay_of_an_applied_delivery_is_a_noop(postgres_dsn: str, table: str) 
     assert len(markers(postgres_dsn, table)) == 2
 
 
-def test_concurrent_duplicate_deliveries_apply_once(postgres_dsn: str, table: str) -> None:
+def test_pg1_concurrent_duplicate_deliveries_apply_once(postgres_dsn: str, table: str) -> None:
     """Both transactions are open at once: one waits in the row trigger after its marker,
     the other on that uncommitted marker; released, exactly one applies."""
 
@@ -170,7 +172,7 @@ def test_concurrent_duplicate_deliveries_apply_once(postgres_dsn: str, table: st
     assert markers(postgres_dsn, table) == [("clicks", 7, 4, 2)]
 
 
-def test_connection_killed_before_commit_leaves_nothing_and_retry_applies(
+def test_pg2_connection_killed_before_commit_leaves_nothing_and_retry_applies(
     postgres_dsn: str, table: str
 ) -> None:
     async def body() -> None:
@@ -192,7 +194,9 @@ def test_connection_killed_before_commit_leaves_nothing_and_retry_applies(
     assert table_rows(postgres_dsn, table) == [("a", 0, 1), ("b", 0, 2)]
 
 
-def test_deadline_passing_in_the_transaction_leaves_nothing(postgres_dsn: str, table: str) -> None:
+def test_pg2_deadline_passing_in_the_transaction_leaves_nothing(
+    postgres_dsn: str, table: str
+) -> None:
     async def body() -> None:
         sink_writer = writer(postgres_dsn, table)
         assert await sink_writer.delivered_through("clicks", deadline=soon()) is None
@@ -208,7 +212,7 @@ def test_deadline_passing_in_the_transaction_leaves_nothing(postgres_dsn: str, t
     assert table_rows(postgres_dsn, table) == [("a", 0, 1)]
 
 
-def test_delivered_through_is_the_highest_applied_checkpoint_of_the_job(
+def test_pg5_delivered_through_is_the_highest_applied_checkpoint_of_the_job(
     postgres_dsn: str, table: str
 ) -> None:
     u64_max = (1 << 64) - 1
@@ -234,7 +238,9 @@ def test_delivered_through_is_the_highest_applied_checkpoint_of_the_job(
     ]
 
 
-def test_unknown_field_is_refused_before_anything_is_written(postgres_dsn: str, table: str) -> None:
+def test_pg4_unknown_field_is_refused_before_anything_is_written(
+    postgres_dsn: str, table: str
+) -> None:
     async def body() -> None:
         sink_writer = writer(postgres_dsn, table)
         bad = delivery(1, [count("a", 1), {"user": "b", "window_start_ms": 0, "clicks": 2}])
@@ -249,7 +255,7 @@ def test_unknown_field_is_refused_before_anything_is_written(postgres_dsn: str, 
     assert table_rows(postgres_dsn, table) == []
 
 
-def test_value_that_does_not_fit_its_column_rolls_back_the_delivery(
+def test_pg2_value_that_does_not_fit_its_column_rolls_back_the_delivery(
     postgres_dsn: str, table: str
 ) -> None:
     async def body() -> None:
@@ -304,7 +310,7 @@ def test_every_allowed_column_type_round_trips(postgres_dsn: str, table: str) ->
     assert row == (1, 2, {"a": [1, "x"]}, False, 0.25, Decimal(1714564800), Decimal("12.50"), "3")
 
 
-def test_tables_created_once_under_concurrent_openers(postgres_dsn: str, table: str) -> None:
+def test_pg6_tables_created_once_under_concurrent_openers(postgres_dsn: str, table: str) -> None:
     async def body() -> None:
         writers = [writer(postgres_dsn, table) for _ in range(4)]
         async with asyncio.TaskGroup() as group:
