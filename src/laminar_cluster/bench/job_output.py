@@ -21,6 +21,7 @@ import msgspec
 
 from laminar_cluster.clock import Clock
 from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.harness.exactly_once import record_totals
 from laminar_cluster.harness.reference_jobs import WINDOW_MS, StepRecords, output_prefix
 from laminar_cluster.harness.workload import Aggregates
 from laminar_cluster.jobs import LATE
@@ -64,7 +65,7 @@ def _lines(key: str, body: bytes) -> Records:
 
 def verify_count_sum(expected: Aggregates, records: Records) -> Verdict:
     """The newest (count, sum) of each key equals `expected` (module docstring)."""
-    newest = {int(r["key"]): (int(r["count"]), int(r["sum"])) for r in records}
+    newest = record_totals(records)
     if newest == expected:
         return True, f"{len(expected):,} keys' count and sum as computed"
     wrong = sum(1 for key, value in expected.items() if newest.get(key) != value)

@@ -17,6 +17,7 @@ committed) and counted twice (committed beyond the expected count).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -155,11 +156,15 @@ async def check_job_exactly_once(
 def newest_totals(emits: list[Emit]) -> Aggregates:
     """Per key the (count, sum) of its last main-stream record (committed outputs come in
     checkpoint order, a node's records in their order), keys ascending."""
+    return record_totals(emit.record for emit in emits if emit.stream == MAIN)
+
+
+def record_totals(records: Iterable[Mapping[str, Any]]) -> Aggregates:
+    """Per key the (count, sum) of its last record of the count/sum job (running totals: a
+    later record replaces an earlier one), keys ascending."""
     newest: Aggregates = {}
-    for emit in emits:
-        if emit.stream == MAIN:
-            record = emit.record
-            newest[int(record["key"])] = (int(record["count"]), int(record["sum"]))
+    for record in records:
+        newest[int(record["key"])] = (int(record["count"]), int(record["sum"]))
     return dict(sorted(newest.items()))
 
 
