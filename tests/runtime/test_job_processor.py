@@ -277,3 +277,14 @@ def test_windows_of_a_vnode_that_has_not_read_all_its_input_stay_open() -> None:
     reading["done"] = True
     assert not processor.quiescent()
     assert [r["count"] for _, r in _output(processor, A)] == [1]
+
+
+def test_idle_windows_close_even_when_a_batch_begins_with_an_event_whose_key_raised() -> None:
+    clock = _Clock()
+    processor = JobProcessor(compile_(_windows()), clock, idle_close_s=5.0)  # type: ignore[arg-type]
+    processor.restore(A, None)
+    processor.process(A, A, _batch(0, {"ts": 50}, {"user": "a", "ts": 100}))  # no key, then "a"
+    clock.now_s = 5.0
+    output = _output(processor, A)
+    assert [s for s, _ in output] == ["dead_letter", "main"]
+    assert output[1][1]["count"] == 1

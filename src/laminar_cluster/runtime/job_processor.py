@@ -143,6 +143,7 @@ class JobProcessor:
         if good:
             run.process(good, partition=partition, first_offset=start, out=out)
         self._last_event_s[vnode] = self.clock.monotonic()
+        self._closable.add(vnode)
 
     def _check_key(self, vnode: int, partition: int, offset: int, event: Any) -> None:
         """KeyMismatch unless the job's key of `event` belongs to `partition`: a record log
@@ -161,7 +162,6 @@ class JobProcessor:
                 f"{VNODE_COUNT}, not {partition % VNODE_COUNT}: it was produced under another "
                 "key than the job's key_by; produce with the job's key"
             )
-        self._closable.add(vnode)
 
     def capture(self, vnodes: Sequence[int]) -> Callable[[], EncodedCut]:
         """Close idle windows, flush, encode each vnode's state now; its output goes in flight."""
