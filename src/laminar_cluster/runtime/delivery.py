@@ -106,9 +106,6 @@ class Deliverer:
         self._next: int | None = None  # the next checkpoint to deliver (None: list first)
         self._known: set[int] = set()  # checkpoints our leader committed, not yet delivered
         self._wake = asyncio.Event()
-        self.delivered = 0  # deliveries applied now (not replays)
-        self.checkpoints = 0  # committed checkpoints handed to every sink
-        self.failures = 0
 
     def committed(self, checkpoint_id: int) -> None:
         """Our leader committed `checkpoint_id`: deliver it soon."""
@@ -134,7 +131,6 @@ class Deliverer:
             try:
                 await self.step(deadline=self.clock.monotonic() + self.timeout_s)
             except LaminarError as error:
-                self.failures += 1
                 self._next = None  # start again from where the sinks stand
                 logger.warning(
                     "job %s: delivery failed, retrying in %.1f s: %s", self.job, self.poll_s, error
@@ -169,9 +165,7 @@ class Deliverer:
             for node_id, emits in outputs:
                 records = [emit.record for emit in emits if emit.stream == sink.stream]
                 delivery = Delivery(self.job, checkpoint_id, node_id, records)
-                if await sink.writer.deliver(delivery, deadline=deadline):
-                    self.delivered += 1
-        self.checkpoints += 1
+                await sink.writer.deliver(delivery, deadline=deadline)
         return True
 
     async def _wait(self, shutdown: asyncio.Event) -> None:
