@@ -35,6 +35,7 @@ PUBLIC: Final[dict[str, str]] = {
     "StateNotEncodable": "laminar_cluster.jobs",
     # sources and sinks (laminar_cluster.connectors: with I/O)
     "EventLogSource": "laminar_cluster.connectors.sources",
+    "FileSource": "laminar_cluster.connectors.sources",
     "Producer": "laminar_cluster.connectors.producer",
     "partition_of_key": "laminar_cluster.connectors.eventlog_records",
     "ParquetSink": "laminar_cluster.connectors.files",
@@ -58,6 +59,7 @@ __all__ = [
     "Delivery",
     "Emit",
     "EventLogSource",
+    "FileSource",
     "InvalidArgument",
     "Job",
     "JsonLinesSink",
@@ -86,7 +88,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from laminar_cluster.connectors.files import JsonLinesSink, ParquetSink
     from laminar_cluster.connectors.postgres import PostgresSink
     from laminar_cluster.connectors.producer import Producer
-    from laminar_cluster.connectors.sources import EventLogSource
+    from laminar_cluster.connectors.sources import EventLogSource, FileSource
     from laminar_cluster.errors import InvalidArgument, LaminarError
     from laminar_cluster.jobs import (
         DEAD_LETTER,

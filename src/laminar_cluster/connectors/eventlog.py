@@ -148,12 +148,22 @@ class EventLog:
         partition (`partition_of_key`), every event one JSON object of at most 64 KiB
         (stored in msgspec's compact form): InvalidArgument before writing otherwise, and for
         a log not declared a record log (`declare_records`)."""
+        hashed = {
+            partition: [(key_hash(key), event) for key, event in pairs]
+            for partition, pairs in batches.items()
+        }
+        return await self.append_hashed(hashed, deadline=deadline)
+
+    async def append_hashed(
+        self, batches: Mapping[int, Sequence[tuple[int, bytes]]], *, deadline: float
+    ) -> dict[int, int]:
+        """`append_records` of (key hash, event) pairs: each key already `key_hash`ed."""
         async with within_deadline(self.clock, deadline, "append records to the event log"):
             layout = await self._require_kind("records", deadline)
             checked = {
                 partition: check_records(
                     partition,
-                    [key_hash(key) for key, _ in pairs],
+                    [hashed for hashed, _ in pairs],
                     [event for _, event in pairs],
                     layout.partitions,
                 )

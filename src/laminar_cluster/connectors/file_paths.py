@@ -73,23 +73,24 @@ _DELIVERY = re.compile(r"checkpoint=([0-9]{20})/node=([0-9]{20})\.([a-z]+)")
 _CHECKPOINT_DIRECTORY = re.compile(r"checkpoint=([0-9]{20})")
 
 
-def validate_sink_prefix(prefix: str) -> str:
-    """`prefix` unchanged if it can hold a file sink's objects, else InvalidArgument."""
+def validate_sink_prefix(prefix: str, *, what: str = "sink") -> str:
+    """`prefix` unchanged if it can hold a file sink's objects (or, `what="source"`, a file
+    source's files), else InvalidArgument."""
     if not isinstance(prefix, str):
-        raise InvalidArgument(f"sink prefix must be a str, not {type(prefix).__name__}")
+        raise InvalidArgument(f"{what} prefix must be a str, not {type(prefix).__name__}")
     if not prefix.endswith("/") or prefix.startswith("/"):
         raise InvalidArgument(
-            f"sink prefix {prefix!r} must be a relative key prefix ending in '/' "
+            f"{what} prefix {prefix!r} must be a relative key prefix ending in '/' "
             "(e.g. 'out/clicks/')"
         )
     try:
         validate_prefix(prefix)  # no '..', '.', empty segments, control characters, backslashes
     except InvalidArgument as error:
-        raise InvalidArgument(f"sink prefix {prefix!r}: {error}") from error
+        raise InvalidArgument(f"{what} prefix {prefix!r}: {error}") from error
     top = _top(prefix)
     if top in RESERVED_TOP_SEGMENTS or top.startswith(RESERVED_TOP_STEM):
         raise InvalidArgument(
-            f"sink prefix {prefix!r} is under {top + '/'!r}, which the cluster itself writes; "
+            f"{what} prefix {prefix!r} is under {top + '/'!r}, which the cluster itself writes; "
             f"choose another first segment (reserved: {sorted(RESERVED_TOP_SEGMENTS)} and "
             f"'{RESERVED_TOP_STEM}*')"
         )

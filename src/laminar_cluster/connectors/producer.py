@@ -32,7 +32,7 @@ from laminar_cluster.connectors.eventlog_records import (
     EVENT_RECORD_BYTES_MAX,
     RECORD_PARTITIONS_DEFAULT,
     check_record_partitions,
-    partition_of_key,
+    key_hash,
 )
 from laminar_cluster.connectors.eventlog_segments import (
     EVENT_BATCH_EVENTS_MAX,
@@ -73,7 +73,7 @@ class Producer:
         self.partitions, self.flush_events, self.timeout_s = partitions, flush_events, timeout_s
         self.events_sent = 0
         self._declared = False
-        self._buffer: dict[int, list[tuple[Key, bytes]]] = {}
+        self._buffer: dict[int, list[tuple[int, bytes]]] = {}  # partition -> (key hash, event)
         self._buffered_events = 0
         self._buffered_bytes = 0
 
@@ -88,13 +88,18 @@ class Producer:
         would overfill the segment, and after it when `flush_events` are buffered.
         InvalidArgument for an event that is not a JSON object or is larger than 64 KiB."""
         body = _encoded(event)
-        partition = partition_of_key(key, self.partitions)
+        await self.send_hashed(key_hash(key), body)
+
+    async def send_hashed(self, hashed: int, body: bytes) -> None:
+        """`send` of an event already encoded (`body`, a JSON object) under the key whose
+        `key_hash` is `hashed` (the repartition of a file source sends what it routed)."""
+        partition = hashed % self.partitions
         if self._buffered_events and (
             self._buffered_bytes + self._cost(partition, body) > _SEGMENT_BUDGET_BYTES
         ):
             await self.flush()
         added = self._cost(partition, body)
-        self._buffer.setdefault(partition, []).append((key, body))
+        self._buffer.setdefault(partition, []).append((hashed, body))
         self._buffered_events += 1
         self._buffered_bytes += added
         if self._buffered_events >= self.flush_events:
@@ -116,7 +121,7 @@ class Producer:
         if not self._declared:
             await self.log.declare_records(self.partitions, deadline=deadline)
             self._declared = True
-        await self.log.append_records(batches, deadline=deadline)
+        await self.log.append_hashed(batches, deadline=deadline)
         self.events_sent += count
 
     async def __aenter__(self) -> Producer:

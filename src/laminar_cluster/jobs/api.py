@@ -27,7 +27,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 import msgspec
 
@@ -55,7 +55,11 @@ class Emit(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class SourceSpec:
-    """Base of every source declaration (connectors subclass it as frozen dataclasses)."""
+    """Base of every source declaration (connectors subclass it as frozen dataclasses).
+    `repartitioned`: whether the source's events reach their keys' owners through a
+    repartition (a source not partitioned by the job's key); only then may a job `.flat_map`."""
+
+    repartitioned: ClassVar[bool] = False
 
     def describe(self) -> str:
         """One line for logs."""
@@ -83,6 +87,7 @@ class Job:
     name: str
     source_spec: SourceSpec | None = None
     event_type: type[msgspec.Struct] | None = None
+    flat_map_fn: Callable[[Any], Any] | None = None
     key_fn: Callable[[Any], Any] | None = None
     key_name: str = "key"
     event_time_fn: Callable[[Any], int] | None = None
@@ -115,6 +120,17 @@ class Job:
         if self.event_type is not None:
             raise self._fail("has an event type already; call .events(...) once")
         return dataclasses.replace(self, event_type=event_type)
+
+    def flat_map(self, fn: Callable[[Any], Any]) -> Job:
+        """Turn each event into any number of events, `fn(event) -> iterable of events` (JSON
+        objects or Structs), before the key: e.g. a line of text into its words. Only for a
+        source the cluster repartitions by key (`FileSource`); call it before `.key_by`."""
+        _callable(self, "flat_map", fn)
+        if self.flat_map_fn is not None:
+            raise self._fail("has a flat_map already; call .flat_map(...) once")
+        if self.key_fn is not None:
+            raise self._fail("call .flat_map(...) before .key_by(...): it runs before the key")
+        return dataclasses.replace(self, flat_map_fn=fn)
 
     def key_by(self, fn: Callable[[Any], Any], *, name: str = "key") -> Job:
         """The key of each event, `fn(event) -> str | bytes | int`; `name` is its output column."""

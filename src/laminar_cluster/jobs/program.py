@@ -45,11 +45,20 @@ def _check_complete(job: Job) -> None:
     for absent, message in missing:
         if absent:
             raise InvalidArgument(f"job {job.name}: {message}")
+    source = job.source_spec
+    if job.flat_map_fn is not None and not (source is not None and source.repartitioned):
+        raise InvalidArgument(
+            f"job {job.name}: .flat_map(...) needs a source repartitioned by key (FileSource); "
+            f"{source.describe() if source else 'this source'} is partitioned by the producer's "
+            "key: flat_map before producing instead"
+        )
 
 
 def fingerprint(job: Job) -> str:
     """The job's name and operator shape: a snapshot restores only into the same fingerprint."""
     parts = [job.name, f"key:{job.key_name}", f"out-of-order:{job.out_of_orderness_ms}"]
+    if job.flat_map_fn is not None:
+        parts.insert(1, "flat_map")
     for op in job.operators:
         if isinstance(op, StepOp):
             parts.append("step")
@@ -127,6 +136,15 @@ class Program:
                 "event": raw.decode("utf-8", errors="replace"),
             },
         )
+
+    def flat_map(self, event: Any) -> list[Any]:
+        """The events `event` becomes before the key (itself alone without a `.flat_map`);
+        whatever the user's function raises propagates, and TypeError when it returns no
+        iterable."""
+        fn = self.job.flat_map_fn
+        if fn is None:
+            return [event]
+        return list(fn(event))
 
     def key_of(self, event: Any) -> Key:
         """The key of a decoded event (for routing it to its vnode); TypeError if it is none."""

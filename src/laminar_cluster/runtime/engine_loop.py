@@ -170,7 +170,7 @@ class EngineLoop:
                 table.untouched.discard(vnode)
                 processor.process(vnode, partition, result)
                 table.offsets[partition] = result.next_offset
-                counters.events += count
+                counters.events += count if result.events_count is None else result.events_count
                 counters.batches += 1
                 applied = True
                 await self.clock.sleep(0)

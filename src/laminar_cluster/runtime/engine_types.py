@@ -36,11 +36,14 @@ class SourceLog(Protocol):
 class SourceBatch(NamedTuple):
     """Events `first_offset ..< next_offset` of one partition, in the shape its processor reads:
     `(keys, values)` columns of the reference log (`read_columns`), the JSON records of a
-    record log (`runtime.job_processor`)."""
+    record log (`runtime.job_processor`), a file split's records (`runtime.file_splits`).
+    `events_count`: the events it holds when offsets skip (a split's move to the next file); None:
+    `next_offset - first_offset`."""
 
     first_offset: int
     next_offset: int
     events: Any
+    events_count: int | None = None
 
 
 class BatchReader(Protocol):

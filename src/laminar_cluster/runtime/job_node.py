@@ -8,7 +8,9 @@ way it can fail is one InvalidArgument line saying what to fix.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -17,15 +19,20 @@ from dataclasses import dataclass, field
 from laminar_cluster.clock import Clock
 from laminar_cluster.connectors.delivery import Sink
 from laminar_cluster.connectors.eventlog import EventLog
-from laminar_cluster.connectors.sources import EventLogSource
+from laminar_cluster.connectors.exchange import EXCHANGE, ExchangeWriter
+from laminar_cluster.connectors.file_catalog import FileCatalog, discover
+from laminar_cluster.connectors.sources import EventLogSource, FileSource
 from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.jobs import Job, Program, compile_job
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.runtime.delivery import Deliverer, JobSink
 from laminar_cluster.runtime.engine import StreamEngine
-from laminar_cluster.runtime.engine_types import BatchReader, EngineConfig, SourceBatch
+from laminar_cluster.runtime.engine_types import BatchReader, EngineConfig, SourceBatch, SourceLog
+from laminar_cluster.runtime.file_splits import FileSplits, SplitLog, read_splits
 from laminar_cluster.runtime.job_processor import JobProcessor
-from laminar_cluster.store import ObjectStore
+from laminar_cluster.store import ObjectStore, open_store
+
+logger = logging.getLogger(__name__)
 
 
 def load_job(path: str) -> Job:
@@ -65,6 +72,39 @@ def connector_sinks(job: Job) -> list[Sink]:
     return sinks
 
 
+def source_store(source: FileSource, store: ObjectStore) -> ObjectStore:
+    """The store holding a file source's files: the cluster's, or the one its url names."""
+    return store if source.url is None else open_store(source.url)
+
+
+async def discover_files(
+    source: FileSource,
+    store: ObjectStore,
+    clock: Clock,
+    leading: Callable[[], bool],
+    shutdown: asyncio.Event,
+) -> None:
+    """The leader's discovery of a file source's new files, every `discover_interval_s` while
+    `leading()`; failures are logged and tried again at the next interval."""
+    catalog = FileCatalog(store, clock, source.prefix)
+    files = source_store(source, store)
+    while not shutdown.is_set():
+        if leading():
+            deadline = clock.monotonic() + max(source.discover_interval_s, 30.0)
+            try:
+                added = await discover(catalog, files, deadline=deadline)
+            except LaminarError as error:
+                logger.warning("file source %s: discovery failed: %s", source.prefix, error)
+            else:
+                if added:
+                    logger.info("file source %s: %d new files", source.prefix, added)
+        try:
+            async with clock.timeout_at(clock.monotonic() + source.discover_interval_s):
+                await shutdown.wait()
+        except TimeoutError:
+            pass
+
+
 def read_records(log: EventLog) -> BatchReader:
     """The record log's reader: each batch's events are the records' JSON bytes."""
 
@@ -93,10 +133,11 @@ class JobRuntime:
         """Compile `job`; InvalidArgument if it is incomplete or names a source or sink this
         runtime cannot run."""
         program = compile_job(job)
-        if not isinstance(job.source_spec, EventLogSource):
+        if not isinstance(job.source_spec, EventLogSource | FileSource):
             source = "none" if job.source_spec is None else job.source_spec.describe()
             raise InvalidArgument(
-                f"job {job.name}: source {source} is not one a node runs; use EventLogSource()"
+                f"job {job.name}: source {source} is not one a node runs; use EventLogSource() "
+                "or FileSource(prefix)"
             )
         connector_sinks(job)
         return cls(program, idle_close_s=idle_close_s)
@@ -105,14 +146,38 @@ class JobRuntime:
     def name(self) -> str:
         return self.program.job.name
 
+    @property
+    def file_source(self) -> FileSource | None:
+        """The job's file source, None for an event log job."""
+        source = self.program.job.source_spec
+        return source if isinstance(source, FileSource) else None
+
     def plane(self, store: ObjectStore, clock: Clock, config: EngineConfig) -> StreamEngine:
-        """The data plane: the store's record log through this job."""
+        """The data plane: the store's record log (and a file source's splits) through this
+        job."""
         log = EventLog(store, clock=clock)
+        files = self.file_source
         processor = JobProcessor(
-            self.program, clock, idle_close_s=self.idle_close_s, on_fatal=self.on_fatal
+            self.program,
+            clock,
+            idle_close_s=self.idle_close_s,
+            on_fatal=self.on_fatal,
+            repartition=None if files is None else files.partitions,
         )
+        source: SourceLog = log
+        read = read_records(log)
+        if files is not None:
+            splits = FileSplits(
+                FileCatalog(store, clock, files.prefix),
+                source_store(files, store),
+                clock,
+                file_format=files.format,
+                interval_s=files.discover_interval_s,
+            )
+            source = SplitLog(log, splits, files.partitions)
+            read = read_splits(source)
         engine = StreamEngine(
-            clock=clock, log=log, processor=processor, config=config, read=read_records(log)
+            clock=clock, log=source, processor=processor, config=config, read=read
         )
         processor.caught_up = engine.caught_up  # a paused or lagging vnode is not idle
         self.processor = processor
@@ -126,6 +191,10 @@ class JobRuntime:
             JobSink(sink.describe(), sink.stream, sink.open(store, authority.clock))
             for sink in connector_sinks(self.program.job)
         ]
+        files = self.file_source
+        if files is not None:  # the repartition first: it feeds the rest
+            writer = ExchangeWriter(store, authority.clock, files.partitions)
+            sinks.insert(0, JobSink("record log (repartition)", EXCHANGE, writer))
         if not sinks:
             return None
         self.deliverer = Deliverer(

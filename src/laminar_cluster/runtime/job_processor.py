@@ -44,10 +44,13 @@ import msgspec
 from laminar_cluster.assignment.vnode import VNODE_COUNT
 from laminar_cluster.clock import Clock
 from laminar_cluster.connectors.eventlog_records import key_hash
+from laminar_cluster.connectors.exchange import Tag
 from laminar_cluster.errors import CorruptRecord, InvalidArgument, LaminarError, Refused
 from laminar_cluster.jobs import BadEvent, Emit, Program, StateNotEncodable, StepFailed, VnodeRun
 from laminar_cluster.runtime.engine_types import SourceBatch
+from laminar_cluster.runtime.file_splits import FileRecords
 from laminar_cluster.runtime.processor import EncodedCut
+from laminar_cluster.runtime.repartition import Repartition, unwrap_state, wrap_state
 
 logger: Final = logging.getLogger(__name__)
 
@@ -87,7 +90,10 @@ class JobProcessor:
         *,
         idle_close_s: float | None,
         on_fatal: Callable[[LaminarError], None] | None = None,
+        repartition: int | None = None,
     ) -> None:
+        """`repartition`: the record log's partitions, for a job whose source is repartitioned
+        (`runtime.repartition`); None for a job reading a keyed record log."""
         if idle_close_s is not None and idle_close_s <= 0:
             raise InvalidArgument(f"job idle_close_s {idle_close_s} must be positive")
         self.program, self.clock, self.idle_close_s = program, clock, idle_close_s
@@ -101,12 +107,18 @@ class JobProcessor:
         self._last_event_s: dict[int, float] = {}
         self._closable: set[int] = set()  # vnodes with events since their windows last closed
         self.bad_events = 0
+        self._repartition = None if repartition is None else Repartition(program, repartition)
+        self._seen: dict[int, dict[int, Tag]] = {}  # vnode -> partition -> last routed tag
 
     # -- Processor -----------------------------------------------------------------------------
     def restore(self, vnode: int, state: bytes | None) -> None:
         """Install the vnode's committed state (None: a new, empty run)."""
+        seen: dict[int, Tag] = {}
+        if state is not None and self._repartition is not None:
+            state, seen = unwrap_state(state, what=f"job {self.program.job.name} vnode {vnode}")
         run = self.program.new_vnode() if state is None else self.program.restore_vnode(state)
         self.drop(vnode)
+        self._seen[vnode] = seen
         self._runs[vnode], self._pending[vnode] = run, []
         # A restored run's windows close after idle_close_s without events, like any other.
         self._last_event_s[vnode] = self.clock.monotonic()
@@ -123,6 +135,12 @@ class JobProcessor:
             raise
 
     def _process(self, vnode: int, partition: int, batch: SourceBatch) -> None:
+        repartition = self._repartition
+        if repartition is not None:
+            if isinstance(batch.events, FileRecords):
+                repartition.route(batch.events, self._run(vnode)[1])
+                return
+            batch = repartition.admit(self._seen.setdefault(vnode, {}), partition, batch)
         run, out = self._run(vnode)
         program, start = self.program, batch.first_offset
         good: list[Any] = []
@@ -182,6 +200,8 @@ class JobProcessor:
                 self._closable.discard(vnode)
             run.flush(out)
             states[vnode] = run.snapshot()
+            if self._repartition is not None:
+                states[vnode] = wrap_state(states[vnode], self._seen.get(vnode, {}))
             self._in_flight[vnode] = len(out)
             records.extend(out)
 
@@ -208,6 +228,7 @@ class JobProcessor:
         self._in_flight.pop(vnode, None)
         self._last_event_s.pop(vnode, None)
         self._closable.discard(vnode)
+        self._seen.pop(vnode, None)
 
     def quiescent(self) -> bool:
         """False while a vnode's windows are due to close (idle for `idle_close_s`)."""
@@ -217,9 +238,10 @@ class JobProcessor:
     def figures(self) -> dict[str, int]:
         """Late events and dead letters of the vnodes held now, and unparseable events."""
         runs = self._runs.values()
+        routed = 0 if self._repartition is None else self._repartition.dead_letters
         return {
             "late_events": sum(run.late_events for run in runs),
-            "dead_letters": sum(run.dead_letters for run in runs) + self.bad_events,
+            "dead_letters": sum(run.dead_letters for run in runs) + self.bad_events + routed,
             "bad_events": self.bad_events,
         }
 

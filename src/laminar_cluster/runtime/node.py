@@ -72,7 +72,7 @@ from laminar_cluster.runtime.checkpoint_restorer import CheckpointRestorer
 from laminar_cluster.runtime.counted import CountedCheckpointer, CountedRestorer
 from laminar_cluster.runtime.engine import EngineView, StreamEngine, embed_plane
 from laminar_cluster.runtime.engine_types import EngineConfig
-from laminar_cluster.runtime.job_node import JobRuntime
+from laminar_cluster.runtime.job_node import JobRuntime, discover_files
 from laminar_cluster.runtime.processor import KeyedAggregation
 from laminar_cluster.store import ObjectStore
 
@@ -322,6 +322,15 @@ class StreamNode:
             )
             if deliverer is not None:
                 tasks.append(("delivery", deliverer.run(shutdown)))
+            files = self.job.file_source
+            if files is not None:
+                leading = lambda: self._proof() is not None  # noqa: E731
+                tasks.append(
+                    (
+                        "discovery",
+                        discover_files(files, self.node.store, ctx.clock, leading, shutdown),
+                    )
+                )
         return tasks
 
 

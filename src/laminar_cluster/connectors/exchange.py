@@ -1,0 +1,143 @@
+"""The repartition of a file source's events to their keys' owners (docs/jobs.md, "File
+sources"): the `ExchangeWriter` sink appends committed routed events to the store's record log,
+where the owner of each key's vnode reads them, and `Exchanged`, the form they take there.
+
+The first stage (the owner of a file's vnode) turns each record into events, keys them, and
+emits each as an `EXCHANGE` record `{"p": partition, "h": key hash, "e": event JSON}`: output
+like any other, pending until its checkpoint commits. The leader's deliverer hands each
+committed checkpoint's routed events, participant by participant, to this writer, which wraps
+each as `{"c": checkpoint, "n": node, "i": index, "e": event}` (`i` counts the delivery's events
+of one partition) and appends them with a `Producer` (one segment per flush, usually one per
+delivery). So in every partition the tags `(c, n, i)` of a delivery and of successive ones
+ascend, and a delivery appended again (after a crash of the leader, or by a deposed one) repeats
+tags already seen: the reading stage skips every event whose tag is not above the last it
+applied in that partition, a figure cut with the partition's offset in each checkpoint. The
+delivery is therefore at least once into the log and exactly once into the keyed steps.
+
+`delivered_through` is the highest checkpoint named by the last event of any partition (one
+read of the index and of the segments holding those events): every earlier checkpoint was
+delivered whole, since deliveries are in order; the deliverer restarts from it, inclusive.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from laminar_cluster.clock import Clock
+from laminar_cluster.connectors.delivery import Delivery
+from laminar_cluster.connectors.eventlog_records import EVENT_RECORD_BYTES_MAX
+from laminar_cluster.connectors.producer import Producer
+from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.store import ObjectStore
+
+EXCHANGE: Final = "exchange"  # the stream of routed events; no user sink takes it
+# What the wrapping adds to an event: `{"c":<20>,"n":<20>,"i":<20>,"e":...}`.
+EXCHANGE_OVERHEAD_BYTES: Final = 96
+ROUTED_EVENT_BYTES_MAX: Final = EVENT_RECORD_BYTES_MAX - EXCHANGE_OVERHEAD_BYTES
+
+Tag = tuple[int, int, int]  # (checkpoint, node, index)
+
+
+class Exchanged(msgspec.Struct, frozen=True):
+    """A routed event as the record log holds it (module docstring)."""
+
+    c: int
+    n: int
+    i: int
+    e: msgspec.Raw
+
+    @property
+    def tag(self) -> Tag:
+        return (self.c, self.n, self.i)
+
+
+class Routed(msgspec.Struct, frozen=True):
+    """An `EXCHANGE` output record: the event, its key's hash and the partition it goes to."""
+
+    p: int
+    h: int
+    e: bytes
+
+
+_WRAP: Final = msgspec.json.Encoder()
+_EXCHANGED: Final = msgspec.json.Decoder(Exchanged)
+_ROUTED: Final = msgspec.convert
+
+
+def decode_exchanged(raw: bytes) -> Exchanged | None:
+    """The routed event in a record of the log; None if the record is not one."""
+    try:
+        return _EXCHANGED.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class ExchangeWriter:
+    """Appends deliveries of routed events to the record log of `store` (module docstring)."""
+
+    def __init__(self, store: ObjectStore, clock: Clock, partitions: int) -> None:
+        self.store, self.clock, self.partitions = store, clock, partitions
+        self._producer: Producer | None = None
+
+    def _open(self, deadline: float) -> Producer:
+        timeout_s = max(deadline - self.clock.monotonic(), 0.001)
+        if self._producer is None:
+            self._producer = Producer(
+                self.store, partitions=self.partitions, clock=self.clock, timeout_s=timeout_s
+            )
+        self._producer.timeout_s = timeout_s
+        return self._producer
+
+    async def deliver(self, delivery: Delivery, *, deadline: float) -> bool:
+        """Append the delivery's routed events, tagged; True if it held any."""
+        if not delivery.records:
+            return False
+        producer = self._open(deadline)
+        counts: dict[int, int] = {}
+        try:
+            for record in delivery.records:
+                routed = _routed(record, delivery)
+                index = counts.get(routed.p, 0)
+                counts[routed.p] = index + 1
+                wrapped = Exchanged(
+                    delivery.checkpoint_id, delivery.node_id, index, msgspec.Raw(routed.e)
+                )
+                await producer.send_hashed(routed.h, _WRAP.encode(wrapped))
+            await producer.flush()
+        except BaseException:
+            self._producer = None  # drop what is buffered: the delivery is repeated whole
+            raise
+        return True
+
+    async def delivered_through(self, job: str, *, deadline: float) -> int | None:
+        """The highest checkpoint the last event of any partition names; None if none."""
+        log = self._open(deadline).log
+        if await log.layout(deadline=deadline) is None:
+            return None
+        ends = await log.end_offsets(range(self.partitions), deadline=deadline)
+        through: int | None = None
+        for partition, end in ends.items():
+            if end == 0:
+                continue
+            records, _ = await log.read_records(partition, end - 1, 1, deadline=deadline)
+            found = decode_exchanged(bytes(records[0])) if records else None
+            if found is not None and (through is None or found.c > through):
+                through = found.c
+        return through
+
+    async def close(self) -> None:
+        """Nothing to release."""
+        self._producer = None
+
+
+def _routed(record: object, delivery: Delivery) -> Routed:
+    try:
+        routed = _ROUTED(record, Routed)
+    except msgspec.ValidationError as error:
+        raise CorruptRecord(
+            f"job {delivery.job} checkpoint {delivery.checkpoint_id} node {delivery.node_id}: "
+            f"a routed event is malformed: {error}"
+        ) from None
+    return routed

@@ -1,0 +1,136 @@
+"""The two stages of a job whose source is repartitioned (a `FileSource`; docs/jobs.md, "File
+sources"), as `JobProcessor` runs them.
+
+* `route` (first stage, a split batch): each file record is decoded as the job's event, passed
+  through the job's `.flat_map`, keyed, and emitted as an `EXCHANGE` record naming the record
+  log partition of its key (`connectors.exchange`). A record the job cannot decode, or a user
+  function that raises, is a dead letter (or, under `on_error("stop")`, `StepFailed`); its
+  dead letter has partition -1, its record number in the file as offset, and the file's name
+  in the error.
+* `admit` (second stage, a record log batch): each routed event is unwrapped, and skipped when
+  its tag `(checkpoint, node, index)` is not above the last one applied in its partition (a
+  delivery appended again); `seen` is that tag per partition, cut with the vnode's state
+  (`wrap_state`), so a restore resumes with the offsets and the tags of one cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from laminar_cluster.connectors.eventlog_records import key_hash
+from laminar_cluster.connectors.exchange import (
+    EXCHANGE,
+    ROUTED_EVENT_BYTES_MAX,
+    Tag,
+    decode_exchanged,
+)
+from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.jobs import BadEvent, Emit, Program, StepFailed
+from laminar_cluster.runtime.engine_types import SourceBatch
+from laminar_cluster.runtime.file_splits import FileRecords
+
+_EVENT: Final = msgspec.json.Encoder()
+
+
+class RepartitionState(msgspec.Struct, frozen=True):
+    """A vnode's state in a repartitioned job: the job's run and the last tag per partition."""
+
+    version: int
+    run: bytes
+    seen: list[tuple[int, int, int, int]]  # (partition, checkpoint, node, index)
+
+
+_STATE_ENCODER: Final = msgspec.msgpack.Encoder()
+_STATE_DECODER: Final = msgspec.msgpack.Decoder(RepartitionState)
+
+
+def wrap_state(run: bytes, seen: dict[int, Tag]) -> bytes:
+    """The vnode's state bytes: the run's snapshot and its tags."""
+    tags = [(p, *tag) for p, tag in sorted(seen.items())]
+    return _STATE_ENCODER.encode(RepartitionState(version=1, run=run, seen=tags))
+
+
+def unwrap_state(data: bytes, *, what: str) -> tuple[bytes, dict[int, Tag]]:
+    """The run's snapshot and the tags of `wrap_state`; CorruptRecord if it is not that."""
+    try:
+        state = _STATE_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise CorruptRecord(f"{what}: not a repartitioned job's vnode state: {error}") from None
+    if state.version != 1:
+        raise CorruptRecord(f"{what}: vnode state version {state.version}, expected 1")
+    return state.run, {p: (c, n, i) for p, c, n, i in state.seen}
+
+
+class Repartition:
+    """Routing and admission for `program` through a record log of `partitions` partitions."""
+
+    def __init__(self, program: Program, partitions: int) -> None:
+        self.program, self.partitions = program, partitions
+        self.stop_on_error = program.job.error_policy == "stop"
+        self.dead_letters = 0
+
+    def route(self, batch: FileRecords, out: list[Emit]) -> None:
+        """Emit each record's events to their keys' partitions (module docstring)."""
+        program, partitions = self.program, self.partitions
+        for index, raw in enumerate(batch.records):
+            number = batch.first_record + index
+            try:
+                event = program.decode_event(raw)
+            except BadEvent as error:
+                self._dead(batch.file, number, raw, error, None, out)
+                continue
+            key: Any = None
+            try:
+                for routed in program.flat_map(event):
+                    key = program.key_of(routed)
+                    body = _EVENT.encode(routed)
+                    if len(body) > ROUTED_EVENT_BYTES_MAX or not body.startswith(b"{"):
+                        raise TypeError(
+                            f"an event of {len(body)} bytes is not a JSON object of at most "
+                            f"{ROUTED_EVENT_BYTES_MAX}"
+                        )
+                    hashed = key_hash(key)
+                    out.append(Emit(EXCHANGE, {"p": hashed % partitions, "h": hashed, "e": body}))
+            except Exception as error:  # the user's functions: their failure is a dead letter
+                self._dead(batch.file, number, raw, error, key, out)
+
+    def _dead(
+        self, file: str, number: int, raw: bytes, error: Exception, key: Any, out: list[Emit]
+    ) -> None:
+        name = self.program.job.name
+        what = f"file {file} record {number}: {type(error).__name__}: {error}"
+        if self.stop_on_error and not isinstance(error, BadEvent):
+            raise StepFailed(
+                f"job {name}: {what}", job=name, key=key, partition=-1, offset=number
+            ) from error
+        self.dead_letters += 1
+        record = {
+            "job": name,
+            "partition": -1,
+            "offset": number,
+            "key": None if key is None else repr(key),
+            "error": " ".join(what.splitlines()),
+            "event": raw.decode("utf-8", errors="replace"),
+        }
+        out.append(Emit("dead_letter", record))
+
+    def admit(self, seen: dict[int, Tag], partition: int, batch: SourceBatch) -> SourceBatch:
+        """The batch's routed events not applied before, unwrapped; `seen` moves on. A record
+        that is not a routed event is kept as it is (the job sends it to its dead letters)."""
+        last = seen.get(partition)
+        kept: list[bytes] = []
+        for raw in batch.events:
+            found = decode_exchanged(bytes(raw))
+            if found is None:
+                kept.append(bytes(raw))
+                continue
+            tag = found.tag
+            if last is not None and tag <= last:
+                continue  # a delivery appended again: applied already
+            last = tag
+            kept.append(bytes(found.e))
+        if last is not None:
+            seen[partition] = last
+        return SourceBatch(batch.first_offset, batch.next_offset, kept)
