@@ -1,0 +1,177 @@
+"""A repartitioned job (a `FileSource`) in `JobProcessor`: the first stage routes each file
+record's events to their keys' record log partitions (dead letters name the file and record);
+the second stage applies each routed event once, however often its delivery was appended to
+the log (a crashed or deposed leader's deliverer repeats deliveries), and its last tags are cut
+and restored with the vnode's state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from laminar_cluster import Count, FileSource, Job, ParquetSink
+from laminar_cluster.clock import RealClock
+from laminar_cluster.clock.simulated import SimulatedClock
+from laminar_cluster.connectors.delivery import Delivery
+from laminar_cluster.connectors.eventlog import EventLog
+from laminar_cluster.connectors.eventlog_records import key_hash
+from laminar_cluster.connectors.exchange import EXCHANGE, ExchangeWriter
+from laminar_cluster.errors import CorruptRecord, Refused
+from laminar_cluster.jobs import StepFailed, compile_job
+from laminar_cluster.runtime.engine_types import SourceBatch
+from laminar_cluster.runtime.file_splits import FileRecords, split_offset
+from laminar_cluster.runtime.job_processor import JobProcessor, decode_output
+from laminar_cluster.runtime.repartition import unwrap_state, wrap_state
+from laminar_cluster.store import open_store
+
+P = 256
+SPLIT_VNODE = 7
+
+
+def _job(policy: str = "dead_letter") -> Job:
+    return (
+        Job("words")
+        .source(FileSource("books/", format="text"))
+        .flat_map(lambda line: ({"word": w} for w in line["text"].split()))
+        .key_by(lambda e: e["word"], name="word")
+        .aggregate(Count(name="count"))
+        .sink(ParquetSink("out/"))
+        .on_error(policy)
+    )
+
+
+def _processor(policy: str = "dead_letter") -> JobProcessor:
+    clock = SimulatedClock()
+    return JobProcessor(compile_job(_job(policy)), clock, idle_close_s=None, repartition=P)
+
+
+def _split_batch(lines: list[bytes], file: str = "books/a.txt", seq: int = 0) -> SourceBatch:
+    records = FileRecords(file, seq, 0, lines)
+    return SourceBatch(split_offset(seq, 0), split_offset(seq + 1, 0), records, len(lines))
+
+
+def _lines(*texts: str) -> list[bytes]:
+    return [json.dumps({"text": text}).encode() for text in texts]
+
+
+def _emits(processor: JobProcessor, *vnodes: int) -> list[tuple[str, dict[str, Any]]]:
+    cut = processor.capture(vnodes)()
+    for vnode in vnodes:
+        processor.commit_output(vnode)
+    return [(e.stream, e.record) for e in decode_output(cut.output, what="test")]
+
+
+def test_route_sends_each_event_to_its_keys_partition_of_the_record_log() -> None:
+    processor = _processor()
+    processor.restore(SPLIT_VNODE, None)
+    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a b", "b")))
+    routed = _emits(processor, SPLIT_VNODE)
+    assert [stream for stream, _ in routed] == [EXCHANGE] * 3
+    words = [json.loads(record["e"])["word"] for _, record in routed]
+    assert words == ["a", "b", "b"]
+    for _, record in routed:
+        word = json.loads(record["e"])["word"]
+        assert record["h"] == key_hash(word) and record["p"] == key_hash(word) % P
+
+
+def test_a_record_not_decodable_or_whose_flat_map_raises_is_a_dead_letter_naming_the_file() -> None:
+    processor = _processor()
+    processor.restore(SPLIT_VNODE, None)
+    lines = [b"not json", json.dumps({"no_text": 1}).encode(), *_lines("ok")]
+    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(lines, file="books/x.txt"))
+    emits = _emits(processor, SPLIT_VNODE)
+    dead = [record for stream, record in emits if stream == "dead_letter"]
+    assert [(d["partition"], d["offset"]) for d in dead] == [(-1, 0), (-1, 1)]
+    assert all("file books/x.txt record" in d["error"] for d in dead)
+    assert dead[0]["event"] == "not json"
+    assert [s for s, _ in emits].count(EXCHANGE) == 1
+    assert processor.figures()["dead_letters"] == 2
+
+
+def test_under_the_stop_policy_a_raising_flat_map_stops_the_job() -> None:
+    processor = _processor("stop")
+    processor.restore(SPLIT_VNODE, None)
+    lines = [json.dumps({"no_text": 1}).encode()]
+    with pytest.raises(StepFailed, match=r"file books/a\.txt record 0"):
+        processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(lines))
+    with pytest.raises(Refused):
+        processor.capture((SPLIT_VNODE,))
+
+
+async def _deliver_and_read(
+    routed: list[dict[str, Any]], deliveries: list[tuple[int, int]]
+) -> dict[int, list[bytes]]:
+    """Append `routed` once per (checkpoint, node) of `deliveries` (repeats included) and
+    return each partition's records as the log holds them."""
+    store = open_store("memory://")
+    clock = RealClock()
+    deadline = clock.monotonic() + 60.0
+    writer = ExchangeWriter(store, clock, P)
+    for checkpoint_id, node_id in deliveries:
+        await writer.deliver(Delivery("words", checkpoint_id, node_id, routed), deadline=deadline)
+    log = EventLog(store, clock=clock)
+    ends = await log.end_offsets(range(P), deadline=deadline)
+    out = {}
+    for partition, end in ends.items():
+        if end:
+            records, _ = await log.read_records(partition, 0, end, deadline=deadline)
+            out[partition] = [bytes(r) for r in records]
+    return out
+
+
+def _count_through_log(deliveries: list[tuple[int, int]]) -> Counter[str]:
+    """Route two lines, deliver as `deliveries` says, run the second stage over the log."""
+    first = _processor()
+    first.restore(SPLIT_VNODE, None)
+    first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a b c a", "c a")))
+    routed = [record for _, record in _emits(first, SPLIT_VNODE)]
+    partitions = asyncio.run(_deliver_and_read(routed, deliveries))
+    second = _processor()
+    counts: Counter[str] = Counter()
+    for partition, records in partitions.items():
+        vnode = partition % 256
+        second.restore(vnode, None)
+        second.process(vnode, partition, SourceBatch(0, len(records), records))
+        for stream, record in _emits(second, vnode):
+            assert stream == "main"
+            counts[record["word"]] = max(counts[record["word"]], record["count"])
+    return counts
+
+
+def test_a_delivery_appended_again_is_applied_once_by_the_keyed_steps() -> None:
+    once = _count_through_log([(5, 1)])
+    assert once == Counter({"a": 3, "c": 2, "b": 1})
+    assert _count_through_log([(5, 1), (5, 1)]) == once  # a repeated delivery
+    assert _count_through_log([(5, 1), (6, 1), (5, 1), (6, 1)]) == Counter(
+        {"a": 6, "c": 4, "b": 2}
+    )  # two deliveries, then both again (a new leader restarting from checkpoint 5)
+
+
+def test_the_last_tags_are_cut_and_restored_with_the_vnode_state() -> None:
+    first = _processor()
+    first.restore(SPLIT_VNODE, None)
+    first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a a")))
+    routed = [record for _, record in _emits(first, SPLIT_VNODE)]
+    partition = key_hash("a") % P
+    vnode = partition % 256
+    records = asyncio.run(_deliver_and_read(routed, [(3, 2), (3, 2)]))[partition]
+    assert len(records) == 4  # the delivery twice in the log
+    before = _processor()
+    before.restore(vnode, None)
+    before.process(vnode, partition, SourceBatch(0, 2, records[:2]))
+    state = before.capture((vnode,))().states[vnode]
+    after = _processor()  # a restore elsewhere from that cut, reading on from offset 2
+    after.restore(vnode, state)
+    after.process(vnode, partition, SourceBatch(2, 4, records[2:]))
+    assert [r for _, r in _emits(after, vnode)] == []  # the repeats applied nothing
+    assert unwrap_state(state, what="test")[1] == {partition: (3, 2, 1)}
+
+
+def test_a_state_that_is_not_a_repartitioned_jobs_is_corrupt() -> None:
+    assert unwrap_state(wrap_state(b"run", {3: (1, 2, 3)}), what="t") == (b"run", {3: (1, 2, 3)})
+    with pytest.raises(CorruptRecord, match="not a repartitioned job's vnode state"):
+        unwrap_state(b"\x01garbage", what="t")
