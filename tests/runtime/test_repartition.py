@@ -25,7 +25,11 @@ from laminar_cluster.jobs import StepFailed, compile_job
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.file_splits import FileRecords, split_offset
 from laminar_cluster.runtime.job_processor import JobProcessor, decode_output
-from laminar_cluster.runtime.repartition import unwrap_state, wrap_state
+from laminar_cluster.runtime.repartition import (
+    ROUTED_PENDING_BYTES_MAX,
+    unwrap_state,
+    wrap_state,
+)
 from laminar_cluster.store import open_store
 
 P = 256
@@ -175,3 +179,18 @@ def test_a_state_that_is_not_a_repartitioned_jobs_is_corrupt() -> None:
     assert unwrap_state(wrap_state(b"run", {3: (1, 2, 3)}), what="t") == (b"run", {3: (1, 2, 3)})
     with pytest.raises(CorruptRecord, match="not a repartitioned job's vnode state"):
         unwrap_state(b"\x01garbage", what="t")
+
+
+def test_file_records_wait_while_the_routed_events_not_yet_committed_are_at_their_budget() -> None:
+    processor = _processor()
+    processor.restore(SPLIT_VNODE, None)
+    word = "x" * 1_000
+    lines = _lines(*(f"{word}{n}" for n in range(ROUTED_PENDING_BYTES_MAX // 1_000)))
+    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(lines))
+    assert not processor.routing_room()  # over 16 MiB pending: no more file records are read
+    processor.capture((SPLIT_VNODE,))()
+    processor.abort_output(SPLIT_VNODE)
+    assert not processor.routing_room()  # an aborted cut leaves them pending
+    processor.capture((SPLIT_VNODE,))()
+    processor.commit_output(SPLIT_VNODE)
+    assert processor.routing_room()  # committed: history

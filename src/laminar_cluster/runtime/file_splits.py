@@ -19,7 +19,7 @@ the engine polls its ends after an idle wait.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from laminar_cluster.assignment.vnode import VNODE_COUNT
@@ -34,6 +34,7 @@ from laminar_cluster.store import ObjectStore
 RECORD_BITS: Final = 32
 RECORD_MASK: Final = (1 << RECORD_BITS) - 1
 CACHED_FILES: Final = 4
+BATCH_BYTES_MAX: Final = 4 * 1024 * 1024  # a split batch's records, at most (and one more)
 
 
 class FileRecords(NamedTuple):
@@ -101,7 +102,7 @@ class FileSplits:
             return None, offset
         first = offset & RECORD_MASK if seq == wanted else 0
         records = await self._records(seq, deadline)
-        chunk = records[first : first + max_events]
+        chunk = _within_bytes(records, first, max_events)
         end = first + len(chunk)
         following = split_offset(seq + 1, 0) if end >= len(records) else split_offset(seq, end)
         return FileRecords(self.catalog.files[seq].name, seq, first, chunk), following
@@ -140,6 +141,18 @@ class FileSplits:
                 )
             ]
         return parse_file(fmt, name, result.body)
+
+
+def _within_bytes(records: list[bytes], first: int, max_events: int) -> list[bytes]:
+    """Records from `first`: at most `max_events`, and no more once `BATCH_BYTES_MAX` bytes are
+    taken (at least one)."""
+    chunk = records[first : first + max_events]
+    taken = 0
+    for index, record in enumerate(chunk):
+        taken += len(record)
+        if taken >= BATCH_BYTES_MAX:
+            return chunk[: index + 1]
+    return chunk
 
 
 def _unreadable(name: str, reason: str) -> bytes:
@@ -191,9 +204,10 @@ class SplitLog:
         )
 
 
-def read_splits(split_log: SplitLog) -> BatchReader:
+def read_splits(split_log: SplitLog, room: Callable[[], bool]) -> BatchReader:
     """The reader of a file-source job: record batches' events are the records' JSON bytes,
-    split batches' a `FileRecords` (None when there is nothing to read)."""
+    split batches' a `FileRecords` (None when there is nothing to read, or while `room()` is
+    False: the routed events not yet committed are at their budget)."""
     log, splits, base = split_log.log, split_log.splits, split_log.base
 
     async def read(partition: int, offset: int, max_events: int, *, deadline: float) -> SourceBatch:
@@ -202,6 +216,8 @@ def read_splits(split_log: SplitLog) -> BatchReader:
                 partition, offset, max_events, deadline=deadline
             )
             return SourceBatch(offset, next_offset, records)
+        if not room():
+            return SourceBatch(offset, offset, None, 0)
         found, next_offset = await splits.read(
             partition - base, offset, max_events, deadline=deadline
         )

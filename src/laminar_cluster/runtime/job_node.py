@@ -175,7 +175,7 @@ class JobRuntime:
                 interval_s=files.discover_interval_s,
             )
             source = SplitLog(log, splits, files.partitions)
-            read = read_splits(source)
+            read = read_splits(source, processor.routing_room)
         engine = StreamEngine(
             clock=clock, log=source, processor=processor, config=config, read=read
         )

@@ -138,7 +138,7 @@ class JobProcessor:
         repartition = self._repartition
         if repartition is not None:
             if isinstance(batch.events, FileRecords):
-                repartition.route(batch.events, self._run(vnode)[1])
+                repartition.route(vnode, batch.events, self._run(vnode)[1])
                 return
             batch = repartition.admit(self._seen.setdefault(vnode, {}), partition, batch)
         run, out = self._run(vnode)
@@ -203,6 +203,8 @@ class JobProcessor:
             if self._repartition is not None:
                 states[vnode] = wrap_state(states[vnode], self._seen.get(vnode, {}))
             self._in_flight[vnode] = len(out)
+            if self._repartition is not None:
+                self._repartition.captured(vnode)
             records.extend(out)
 
         def encode() -> EncodedCut:
@@ -213,6 +215,8 @@ class JobProcessor:
     def commit_output(self, vnode: int) -> None:
         """The in-flight emits are history."""
         count = self._in_flight.pop(vnode, 0)
+        if self._repartition is not None:
+            self._repartition.resolved(vnode, committed=True)
         pending = self._pending.get(vnode)
         if pending is not None and count:
             del pending[:count]
@@ -220,6 +224,8 @@ class JobProcessor:
     def abort_output(self, vnode: int) -> None:
         """The in-flight emits stay pending (the next cut emits them again)."""
         self._in_flight.pop(vnode, None)
+        if self._repartition is not None:
+            self._repartition.resolved(vnode, committed=False)
 
     def drop(self, vnode: int) -> None:
         """Forget the vnode."""
@@ -229,6 +235,13 @@ class JobProcessor:
         self._last_event_s.pop(vnode, None)
         self._closable.discard(vnode)
         self._seen.pop(vnode, None)
+        if self._repartition is not None:
+            self._repartition.dropped(vnode)
+
+    def routing_room(self) -> bool:
+        """Whether file records may be read (a repartitioned job's pending routed events are
+        under their budget, `repartition.ROUTED_PENDING_BYTES_MAX`)."""
+        return self._repartition is None or self._repartition.room
 
     def quiescent(self) -> bool:
         """False while a vnode's windows are due to close (idle for `idle_close_s`)."""

@@ -32,6 +32,11 @@ from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.file_splits import FileRecords
 
 _EVENT: Final = msgspec.json.Encoder()
+# Routed events' bytes a node holds pending (not yet committed) before it reads no more file
+# records: well under the 48 MiB output of one participant in one checkpoint
+# (`coordinator.objects.MAX_OUTPUT_BYTES`), which a cut over it would exceed for good.
+ROUTED_PENDING_BYTES_MAX: Final = 16 * 1024 * 1024
+ROUTED_RECORD_OVERHEAD_BYTES: Final = 48  # what output encoding adds to a routed event
 
 
 class RepartitionState(msgspec.Struct, frozen=True):
@@ -70,10 +75,33 @@ class Repartition:
         self.program, self.partitions = program, partitions
         self.stop_on_error = program.job.error_policy == "stop"
         self.dead_letters = 0
+        self._pending_bytes: dict[int, int] = {}  # vnode -> routed bytes not yet committed
+        self._flight_bytes: dict[int, int] = {}  # vnode -> of those, in the cut in flight
 
-    def route(self, batch: FileRecords, out: list[Emit]) -> None:
+    @property
+    def room(self) -> bool:
+        """Whether the node may route more (its pending routed bytes are under the budget)."""
+        return sum(self._pending_bytes.values()) < ROUTED_PENDING_BYTES_MAX
+
+    def captured(self, vnode: int) -> None:
+        """A cut took everything pending of `vnode`."""
+        self._flight_bytes[vnode] = self._pending_bytes.get(vnode, 0)
+
+    def resolved(self, vnode: int, committed: bool) -> None:
+        """The cut of `vnode` committed (its routed bytes are history) or aborted."""
+        flight = self._flight_bytes.pop(vnode, 0)
+        if committed:
+            self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) - flight
+
+    def dropped(self, vnode: int) -> None:
+        """`vnode` is gone from this node."""
+        self._pending_bytes.pop(vnode, None)
+        self._flight_bytes.pop(vnode, None)
+
+    def route(self, vnode: int, batch: FileRecords, out: list[Emit]) -> None:
         """Emit each record's events to their keys' partitions (module docstring)."""
         program, partitions = self.program, self.partitions
+        routed_bytes = 0
         for index, raw in enumerate(batch.records):
             number = batch.first_record + index
             try:
@@ -92,9 +120,11 @@ class Repartition:
                             f"{ROUTED_EVENT_BYTES_MAX}"
                         )
                     hashed = key_hash(key)
+                    routed_bytes += len(body) + ROUTED_RECORD_OVERHEAD_BYTES
                     out.append(Emit(EXCHANGE, {"p": hashed % partitions, "h": hashed, "e": body}))
             except Exception as error:  # the user's functions: their failure is a dead letter
                 self._dead(batch.file, number, raw, error, key, out)
+        self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) + routed_bytes
 
     def _dead(
         self, file: str, number: int, raw: bytes, error: Exception, key: Any, out: list[Emit]
