@@ -6,10 +6,11 @@ and one *split partition* per vnode, `P + v`, standing for the files of vnode `v
 order (`connectors.file_catalog`). A split partition's offset is `seq << 32 | record`: the
 next record of file `seq`; a file read to its end moves it to `(seq + 1) << 32`, so offsets only
 grow and a restored cut resumes inside the file it names. The first read of a file fetches it
-whole (a file is at most 256 MiB) and parses it (`connectors.file_formats`); the parsed records
-of the last few files stay cached. A file that cannot be read as catalogued (gone, changed,
-unknown format) becomes one record that is not a JSON object, which the job sends to its dead
-letters: nothing is skipped silently.
+whole (a file is at most 256 MiB) and parses it (`connectors.file_formats`); a file stays parsed
+until it is read to its end, the open files holding at most 512 MiB (more files wait their
+turn, so the reads of many vnodes never evict each other's files). A file that cannot be read
+as catalogued (gone, changed, unknown format) becomes one record that is not a JSON object,
+which the job sends to its dead letters: nothing is skipped silently.
 
 `SplitLog` is the engine's `SourceLog` over both kinds; `read_splits` its `BatchReader`. The
 catalog is refreshed (one GET when nothing is new) at most every `discover_interval_s`, when
@@ -18,8 +19,8 @@ the engine polls its ends after an idle wait.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from laminar_cluster.assignment.vnode import VNODE_COUNT
@@ -33,7 +34,10 @@ from laminar_cluster.store import ObjectStore
 
 RECORD_BITS: Final = 32
 RECORD_MASK: Final = (1 << RECORD_BITS) - 1
-CACHED_FILES: Final = 4
+# The files being read, held parsed until read to their end: at most this many of their
+# bytes (one file always); a file not read for OPEN_FILE_IDLE_S (its vnode moved) is let go.
+OPEN_FILES_BYTES_MAX: Final = 512 * 1024 * 1024
+OPEN_FILE_IDLE_S: Final = 30.0
 BATCH_BYTES_MAX: Final = 4 * 1024 * 1024  # a split batch's records, at most (and one more)
 
 
@@ -44,6 +48,13 @@ class FileRecords(NamedTuple):
     seq: int
     first_record: int
     records: Sequence[bytes]
+
+
+@dataclass(slots=True)
+class _OpenFile:
+    records: list[bytes]
+    size: int
+    read_s: float  # when it was last read (clock.monotonic())
 
 
 def split_offset(seq: int, record: int) -> int:
@@ -66,7 +77,7 @@ class FileSplits:
         self.catalog, self.files, self.clock = catalog, files, clock
         self.file_format, self.interval_s = file_format, interval_s
         self._refresh_after = 0.0
-        self._cache: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._open: dict[int, _OpenFile] = {}  # seq -> a file being read
         self._read_at: dict[int, int] = {}  # vnode -> the offset last read from (for lag)
 
     async def poll(self, *, deadline: float) -> bool:
@@ -102,21 +113,32 @@ class FileSplits:
             return None, offset
         first = offset & RECORD_MASK if seq == wanted else 0
         records = await self._records(seq, deadline)
+        if records is None:
+            return None, offset  # other files are being read: this one waits its turn
         chunk = _within_bytes(records, first, max_events)
         end = first + len(chunk)
-        following = split_offset(seq + 1, 0) if end >= len(records) else split_offset(seq, end)
+        following = split_offset(seq, end)
+        if end >= len(records):
+            following = split_offset(seq + 1, 0)
+            self._open.pop(seq, None)
         return FileRecords(self.catalog.files[seq].name, seq, first, chunk), following
 
-    async def _records(self, seq: int, deadline: float) -> list[bytes]:
-        cached = self._cache.get(seq)
-        if cached is not None:
-            self._cache.move_to_end(seq)
-            return cached
-        records = await self._load(self.catalog.files[seq], deadline)
-        self._cache[seq] = records
-        while len(self._cache) > CACHED_FILES:
-            self._cache.popitem(last=False)
-        return records
+    async def _records(self, seq: int, deadline: float) -> list[bytes] | None:
+        """File `seq` parsed; None while the files open leave no room for it."""
+        now = self.clock.monotonic()
+        found = self._open.get(seq)
+        if found is None:
+            for stale in [q for q, f in self._open.items() if now - f.read_s > OPEN_FILE_IDLE_S]:
+                del self._open[stale]
+            size = self.catalog.files[seq].size
+            held = sum(f.size for f in self._open.values())
+            if self._open and held + size > OPEN_FILES_BYTES_MAX:
+                return None
+            found = self._open[seq] = _OpenFile(
+                await self._load(self.catalog.files[seq], deadline), size, now
+            )
+        found.read_s = now
+        return found.records
 
     async def _load(self, file: CatalogFile, deadline: float) -> list[bytes]:
         name = file.name
