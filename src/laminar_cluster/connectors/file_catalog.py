@@ -30,12 +30,14 @@ from laminar_cluster.codec import U64, Record, decode, encode_checked
 from laminar_cluster.connectors.eventlog_reader import get_or_none
 from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.connectors.eventlog_writer import create_settled
+from laminar_cluster.coordinator.objects import gather_bounded
 from laminar_cluster.errors import CorruptRecord, StoreUnavailable
 from laminar_cluster.store import ObjectStore
 
 FILES_PREFIX: Final = "events/files/"
 PAGE_FILES_MAX: Final = 1_000
 PAGE_BYTES_MAX: Final = 1024 * 1024
+PAGES_AHEAD: Final = 8  # pages read at once while catching up
 # Pages another writer creates first that one append steps over before it gives up.
 PAGE_RACES_MAX: Final = 16
 
@@ -78,15 +80,28 @@ class FileCatalog:
         self._by_vnode: dict[int, list[int]] = {}  # vnode -> its files' seqs, ascending
 
     async def refresh(self, *, deadline: float) -> bool:
-        """Read the pages written since the last refresh; whether any was."""
+        """Read the pages written since the last refresh; whether any was. Nothing new costs
+        one GET; once a page is found, the next ones are read `PAGES_AHEAD` at a time (a
+        start catching up on a long catalog), up to the first that is absent."""
         found = False
+        window = 1
         while True:
-            path = page_path(self._pages)
-            result = await get_or_none(self.store, path, clock=self.clock, deadline=deadline)
-            if result is None:
-                return found
-            self._learn(decode(result.body, CatalogPage, key=path, max_bytes=PAGE_BYTES_MAX))
-            found = True
+            first = self._pages
+            calls = [functools.partial(self._get_page, first + i, deadline) for i in range(window)]
+            pages = await gather_bounded(calls, limit=PAGES_AHEAD)
+            for page in pages:
+                if page is None:
+                    return found
+                self._learn(page)
+                found = True
+            window = PAGES_AHEAD
+
+    async def _get_page(self, page: int, deadline: float) -> CatalogPage | None:
+        path = page_path(page)
+        result = await get_or_none(self.store, path, clock=self.clock, deadline=deadline)
+        if result is None:
+            return None
+        return decode(result.body, CatalogPage, key=path, max_bytes=PAGE_BYTES_MAX)
 
     def _learn(self, page: CatalogPage) -> None:
         path = page_path(self._pages)
