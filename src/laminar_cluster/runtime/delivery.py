@@ -10,6 +10,9 @@ repeated after a crash, or by a deposed leader that has not noticed yet, is a no
 
 Order: a checkpoint is delivered to a sink only after every earlier committed one was (each
 delivery returned, applied now or before), so upserts by key apply in checkpoint order.
+A job with a file source has one more sink, first: the record log, which takes the routed
+events of the `exchange` stream (`connectors.exchange`: at least once into the log, each event
+applied once by the stage reading it).
 
 Where it starts: when it becomes leader (and after any failure) it asks each sink for the
 highest checkpoint it has applied (`delivered_through`), lists the committed checkpoints from
