@@ -184,7 +184,7 @@ async def put_page(
         pytest.param(1, 2, [], id="empty-page"),
     ],
 )
-def test_a_page_that_breaks_the_chain_is_corrupt(
+def test_a_page_that_breaks_the_chain_is_corrupt_and_learns_nothing(
     tmp_path: Path, page: int, first_seq: int, names: list[str]
 ) -> None:
     async def main() -> None:
@@ -194,6 +194,10 @@ def test_a_page_that_breaks_the_chain_is_corrupt(
         catalog = catalog_of(store)
         with pytest.raises(CorruptRecord):
             await catalog.refresh(deadline=far())
+        # Page 0 is learned; nothing of the corrupt page 1 is trusted.
+        assert [f.name for f in catalog.files] == [f"{PREFIX}a", f"{PREFIX}b"]
+        assert catalog.next_file(vnode_of_file("in/other/c"), 2) is None
+        assert catalog.next_file(vnode_of_file(f"{PREFIX}c"), 2) is None
         with pytest.raises(CorruptRecord):  # and it stays corrupt when read again
             await catalog.refresh(deadline=far())
 
