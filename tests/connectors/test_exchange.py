@@ -17,6 +17,7 @@ from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.connectors.eventlog_segments import LogLayout
 from laminar_cluster.connectors.exchange import (
+    ROUTED_EVENT_BYTES_MAX,
     ExchangeWriter,
     decode_exchanged,
 )
@@ -141,12 +142,22 @@ def test_a_delivery_delivered_twice_appends_its_tags_twice(tmp_path: Path) -> No
         {"p": 1, "h": "1", "e": b"{}"},
         {"p": "x", "h": 1, "e": b"{}"},
         {"p": 1, "h": 1, "e": 5},
+        {"p": 2, "h": 1, "e": b"{}"},
+        {"p": 255, "h": -1, "e": b"{}"},
+        {"p": 1, "h": 1, "e": b"[1]"},
+        {"p": 1, "h": 1, "e": b'{"a":'},
+        {"p": 1, "h": 1, "e": b'{"a":"' + b"x" * ROUTED_EVENT_BYTES_MAX + b'"}'},
     ],
     ids=[
         "missing-event",
         "hash-not-int",
         "partition-not-int",
         "event-not-bytes",
+        "partition-not-the-hashes",
+        "hash-not-u64",
+        "event-not-an-object",
+        "event-not-json",
+        "event-too-large",
     ],
 )
 def test_a_malformed_routed_record_is_corrupt(tmp_path: Path, record: dict[str, Any]) -> None:
