@@ -28,6 +28,7 @@ import msgspec
 from laminar_cluster.clock import Clock
 from laminar_cluster.connectors.delivery import Delivery
 from laminar_cluster.connectors.eventlog_records import EVENT_RECORD_BYTES_MAX
+from laminar_cluster.connectors.eventlog_segments import U64_MAX
 from laminar_cluster.connectors.producer import Producer
 from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.store import ObjectStore
@@ -64,6 +65,7 @@ class Routed(msgspec.Struct, frozen=True):
 _WRAP: Final = msgspec.json.Encoder()
 _EXCHANGED: Final = msgspec.json.Decoder(Exchanged)
 _ROUTED: Final = msgspec.convert
+_EVENT_OBJECT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])  # checks, skips values
 
 
 def decode_exchanged(raw: bytes) -> Exchanged | None:
@@ -91,14 +93,15 @@ class ExchangeWriter:
         return self._producer
 
     async def deliver(self, delivery: Delivery, *, deadline: float) -> bool:
-        """Append the delivery's routed events, tagged; True if it held any."""
+        """Append the delivery's routed events, tagged; True if it held any. CorruptRecord,
+        before anything is appended, if one of them is malformed (`_routed`)."""
         if not delivery.records:
             return False
+        checked = [_routed(record, delivery, self.partitions) for record in delivery.records]
         producer = self._open(deadline)
         counts: dict[int, int] = {}
         try:
-            for record in delivery.records:
-                routed = _routed(record, delivery)
+            for routed in checked:
                 index = counts.get(routed.p, 0)
                 counts[routed.p] = index + 1
                 wrapped = Exchanged(
@@ -132,12 +135,26 @@ class ExchangeWriter:
         self._producer = None
 
 
-def _routed(record: object, delivery: Delivery) -> Routed:
+def _routed(record: object, delivery: Delivery, partitions: int) -> Routed:
+    """The routed event `record` holds, checked whole before anything of the delivery is
+    appended: CorruptRecord unless it is `{"p", "h", "e"}` with `h` a u64 key hash, `p` its
+    partition of `partitions`, and `e` one JSON object of at most ROUTED_EVENT_BYTES_MAX."""
+    what = f"job {delivery.job} checkpoint {delivery.checkpoint_id} node {delivery.node_id}"
     try:
         routed = _ROUTED(record, Routed)
     except msgspec.ValidationError as error:
+        raise CorruptRecord(f"{what}: a routed event is malformed: {error}") from None
+    if len(routed.e) > ROUTED_EVENT_BYTES_MAX:
         raise CorruptRecord(
-            f"job {delivery.job} checkpoint {delivery.checkpoint_id} node {delivery.node_id}: "
-            f"a routed event is malformed: {error}"
-        ) from None
+            f"{what}: a routed event is {len(routed.e)} bytes; maximum is {ROUTED_EVENT_BYTES_MAX}"
+        )
+    try:
+        _EVENT_OBJECT.decode(routed.e)
+    except msgspec.DecodeError as error:  # ValidationError included: not an object
+        raise CorruptRecord(f"{what}: a routed event is not one JSON object: {error}") from None
+    if not 0 <= routed.h <= U64_MAX or routed.p != routed.h % partitions:
+        raise CorruptRecord(
+            f"{what}: a routed event names partition {routed.p} for key hash {routed.h}; "
+            f"the record log has {partitions} partitions"
+        )
     return routed

@@ -111,12 +111,16 @@ class FileCatalog:
                 f"{len(page.files)} files; the chain continues at seq {len(self.files)}",
                 key=path,
             )
-        for file in page.files:
-            if not file.name.startswith(self.prefix) or file.name in self.names:
+        seen: set[str] = set()
+        for file in page.files:  # every check before anything is learned: none is trusted
+            name = file.name
+            if not name.startswith(self.prefix) or name in self.names or name in seen:
                 raise CorruptRecord(
-                    f"{path}: file {file.name!r} is not under {self.prefix!r} or catalogued twice",
+                    f"{path}: file {name!r} is not under {self.prefix!r} or catalogued twice",
                     key=path,
                 )
+            seen.add(name)
+        for file in page.files:
             self.names.add(file.name)
             self._by_vnode.setdefault(vnode_of_file(file.name), []).append(len(self.files))
             self.files.append(file)
