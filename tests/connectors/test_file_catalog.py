@@ -235,6 +235,24 @@ def test_a_refresh_when_nothing_is_new_costs_one_get(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_start_on_a_long_catalog_reads_each_page_once_a_window_at_a_time(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        store = CountingStore(file_store(tmp_path))
+        writer = catalog_of(store)
+        for number in range(20):
+            await writer.append(files(f"{number:03d}.jsonl"), deadline=far())
+        reader = catalog_of(store)
+        store.reset()
+        assert await reader.refresh(deadline=far()) is True
+        assert [f.name for f in reader.files] == [f"{PREFIX}{n:03d}.jsonl" for n in range(20)]
+        # windows of 1, 2, 4, 8 and 8 pages: the 20 pages and 3 absent ones read in 5 rounds
+        assert dict(store.requests) == {"get": 23}
+
+    asyncio.run(main())
+
+
 async def put_files(store: ObjectStore, *keys: str) -> None:
     for key in keys:
         await store.put(key, f"{key}\n".encode(), CREATE)
@@ -339,6 +357,6 @@ def test_discover_by_a_stale_catalog_with_nothing_new_reads_the_pages_and_writes
         source.reset()
         assert await discover(stale, source, deadline=far()) == 0
         assert dict(source.requests) == {"list": 1}
-        assert dict(cluster.requests) == {"get": 2}  # page 0 and the absent page 1
+        assert dict(cluster.requests) == {"get": 3}  # page 0, then pages 1 and 2 at once (absent)
 
     asyncio.run(main())

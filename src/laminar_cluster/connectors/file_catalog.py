@@ -81,8 +81,9 @@ class FileCatalog:
 
     async def refresh(self, *, deadline: float) -> bool:
         """Read the pages written since the last refresh; whether any was. Nothing new costs
-        one GET; once a page is found, the next ones are read `PAGES_AHEAD` at a time (a
-        start catching up on a long catalog), up to the first that is absent."""
+        one GET; after a page is found, the next ones are read two, then four, up to
+        `PAGES_AHEAD` at a time (a start catching up on a long catalog), up to the first that
+        is absent: one new page costs three GETs."""
         found = False
         window = 1
         while True:
@@ -94,7 +95,7 @@ class FileCatalog:
                     return found
                 self._learn(page)
                 found = True
-            window = PAGES_AHEAD
+            window = min(2 * window, PAGES_AHEAD)
 
     async def _get_page(self, page: int, deadline: float) -> CatalogPage | None:
         path = page_path(page)
