@@ -21,6 +21,7 @@ from laminar_cluster.membership.records import (
     MAX_NODE_LEASE_RECORD_BYTES,
     NODE_TAKEOVERS_MAX,
     REPORT_RESTORING_VNODES_MAX,
+    JobReport,
     NodeLeaseRecord,
     NodeLeaseRecordV1,
     NodeReport,
@@ -101,7 +102,8 @@ def test_ml12_the_widest_record_fits_its_byte_limit() -> None:
     many = range(65_535 - REPORT_RESTORING_VNODES_MAX - 5, 65_535)
     big = 2**64 - 1
     counts = Counter(get=big, head=big, put=big, list=big, delete=big)
-    report = node_report(counts, 1e15, big, many, big)  # quiescent through u64::MAX too
+    figures = JobReport(late_events=big, dead_letters=big)
+    report = node_report(counts, 1e15, big, many, big, figures)  # quiescent through u64::MAX
     assert report.restoring_count == REPORT_RESTORING_VNODES_MAX + 5
     assert len(report.restoring) == REPORT_RESTORING_VNODES_MAX
     lease = ProcessLease(node=NODE, owner=_uuid(9), term=big - 1, seq=big - 1, expires_at_ms=-1)
@@ -130,18 +132,37 @@ def test_dc21_a_report_carries_quiescent_through_and_one_written_before_it_still
     record = _record(node_report(Counter(get=3), 1.0, 2, [4, 5], 17))
     assert record.report is not None and record.report.quiescent_through == 17
     body = encode_node_record(record, key=KEY, node=NODE)
-    assert b'"quiescent_through":17}' in body
+    assert b'"quiescent_through":17,"job":null}' in body
     assert decode_node_record(body, key=KEY, node=NODE) == record
     busy = _record(node_report(Counter(get=3), 1.0, 2, [4, 5]))
-    assert b'"quiescent_through":null}' in encode(busy)
-    earlier = encode(busy).replace(b',"quiescent_through":null}', b"}")
+    assert b'"quiescent_through":null,"job":null}' in encode(busy)
+    earlier = encode(busy).replace(b',"quiescent_through":null,"job":null}', b"}")
     decoded = decode_node_record(earlier, key=KEY, node=NODE)
     assert decoded == busy and decoded.report is not None
     assert decoded.report.quiescent_through is None
     with pytest.raises(CorruptRecord):  # an unknown field is neither shape
         decode_node_record(earlier.replace(b"}}", b',"quiet":1}}', 1), key=KEY, node=NODE)
     with pytest.raises(CorruptRecord):  # a float is no u64 in either shape
-        decode_node_record(body.replace(b":17}", b":17.0}"), key=KEY, node=NODE)
+        decode_node_record(body.replace(b":17,", b":17.0,"), key=KEY, node=NODE)
+
+
+def test_ml12_a_report_carries_a_jobs_figures_and_one_written_before_them_still_decodes() -> None:
+    """The report's `job` (late events and dead letters) is optional with a default: a report
+    written before it existed (with `quiescent_through`) decodes with it None, a record
+    carrying it round-trips, and bytes that are neither shape are refused."""
+    figures = JobReport(late_events=12, dead_letters=3)
+    record = _record(node_report(Counter(get=3), 1.0, 2, [4, 5], 17, figures))
+    body = encode_node_record(record, key=KEY, node=NODE)
+    assert body.endswith(b'"quiescent_through":17,"job":{"late_events":12,"dead_letters":3}}}')
+    assert decode_node_record(body, key=KEY, node=NODE) == record
+    without = _record(node_report(Counter(get=3), 1.0, 2, [4, 5], 17))
+    earlier = encode(without).replace(b',"job":null}', b"}")
+    assert earlier.endswith(b'"quiescent_through":17}}')
+    assert decode_node_record(earlier, key=KEY, node=NODE) == without
+    with pytest.raises(CorruptRecord):  # a negative count is no u64
+        decode_node_record(body.replace(b":12,", b":-12,"), key=KEY, node=NODE)
+    with pytest.raises(CorruptRecord):  # a figure missing is neither shape
+        decode_node_record(body.replace(b',"dead_letters":3', b""), key=KEY, node=NODE)
 
 
 def test_ml12_a_store_holding_a_version_1_record_starts_over_it() -> None:

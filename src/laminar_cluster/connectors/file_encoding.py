@@ -3,11 +3,11 @@
 
 * Parquet (pyarrow, the `parquet` extra): one column per record field, in the order the
   fields first appear; a record without a field has null there. Column types are inferred per
-  file, so two files of one sink can differ in columns or types: read them with
-  `union_by_name` (DuckDB `read_parquet(..., union_by_name=true)`, Polars
-  `pl.scan_parquet(..., allow_missing_columns=True)`, pandas via pyarrow datasets). A field
-  whose values have no common Arrow type (an int and a str), or an int beyond int64, cannot be
-  written and raises InvalidArgument: use the JSON Lines sink for such records.
+  file, so two files of one sink can differ in columns or types: read them by name (DuckDB
+  `read_parquet(..., union_by_name=true)`, Polars with `schema=` and
+  `missing_columns="insert"`, pandas file by file then `pd.concat`; file-sink.md, "Readers").
+  A field whose values have no common Arrow type (an int and a str), or an int beyond int64,
+  cannot be written and raises InvalidArgument: use the JSON Lines sink for such records.
 * JSON Lines: one compact UTF-8 JSON object per line, each line ending in a newline
   (msgspec.json; NaN and infinities become null, as in msgspec).
 

@@ -12,10 +12,12 @@ milliseconds they cover, so a reader computes a rate from two renewals without t
 wall clock), the assignment version its engine runs, the vnodes it is still restoring, and
 `quiescent_through`: the checkpoint id of its last committed cut when nothing changed since
 (None otherwise; docs/protocols/distributed-checkpoint.md DC-21: the checkpoint leader skips a
-periodic checkpoint while every participant reports the last Commit). Apart from that field,
-which only lets the leader skip work, nothing in the protocol reads it; `views` and the console
-do. A version 1 record (no report) still decodes, as version 2 with `report` None, and a
-version 2 report written before `quiescent_through` existed decodes with it None.
+periodic checkpoint while every participant reports the last Commit), and `job`: a job's late
+events and dead letters in the vnodes the node holds (None when it runs no job). Apart from
+`quiescent_through`, which only lets the leader skip work, nothing in the protocol reads it;
+`views` and the console do. A version 1 record (no report) still decodes, as version 2 with
+`report` None, and a version 2 report written before `quiescent_through` or `job` existed
+decodes with them None.
 
 `takeovers` is the durable evidence of the node's most recent incarnation changes (ML-11): the
 exact ML §8.2 `ProcessLeaseFence` of each (a new start, or a leader's takeover of a dead process),
@@ -31,6 +33,8 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
+import msgspec
+
 from laminar_cluster.checkpoint.limits import U64_MAX
 from laminar_cluster.codec import U16, U32, U64, Record, decode, encode_checked
 from laminar_cluster.codec.shape import ShapeViolation, canonical_uuid
@@ -39,7 +43,8 @@ from laminar_cluster.lease.records import ProcessLease, ProcessLeaseFence
 from laminar_cluster.lease.validate_decisions import process_fence_problem, process_lease_problem
 
 # The widest version 1 record (8 takeovers, every integer and the failure domain at their
-# widest) is about 3.6 KB; version 2 with a report listing 256 five-digit vnodes is 4,519 bytes.
+# widest) is about 3.6 KB; version 2 with a report listing 256 five-digit vnodes (and a job's
+# figures) is 4,598 bytes.
 MAX_NODE_LEASE_RECORD_BYTES: Final = 8192
 NODE_LEASE_RECORD_VERSION: Final = 2
 # The restoring vnodes a report lists (all of them up to this many; the count is always exact).
@@ -86,6 +91,15 @@ class StoreRequestCounts(Record):
     counted_ms: U64
 
 
+class JobReport(Record):
+    """A job's figures in the vnodes a node holds now (they move with the vnodes' state, so
+    the sum over the nodes is the job's): events too late for their windows, and dead letters
+    (events that could not be parsed or whose step raised)."""
+
+    late_events: U64
+    dead_letters: U64
+
+
 class NodeReport(Record):
     """What a node tells operators with each renewal (module docstring)."""
 
@@ -95,6 +109,20 @@ class NodeReport(Record):
     restoring: tuple[U16, ...]  # ascending; the first REPORT_RESTORING_VNODES_MAX of them
     # DC-21: the last committed checkpoint after which nothing changed here (None: busy).
     quiescent_through: U64 | None = None
+    job: JobReport | None = None  # None: the node runs no job
+
+
+class NodeReportBefore16(Record):
+    """A report written before `job` existed. Read, never written."""
+
+    requests: StoreRequestCounts
+    assignment_version: U64
+    restoring_count: U32
+    restoring: tuple[U16, ...]
+    quiescent_through: U64 | None = None
+
+    def upgraded(self) -> NodeReport:
+        return NodeReport(**msgspec.structs.asdict(self))
 
 
 class NodeReportBefore15(Record):
@@ -106,12 +134,7 @@ class NodeReportBefore15(Record):
     restoring: tuple[U16, ...]
 
     def upgraded(self) -> NodeReport:
-        return NodeReport(
-            requests=self.requests,
-            assignment_version=self.assignment_version,
-            restoring_count=self.restoring_count,
-            restoring=self.restoring,
-        )
+        return NodeReport(**msgspec.structs.asdict(self))
 
 
 class NodeLeaseRecord(Record):
@@ -131,6 +154,19 @@ class NodeLeaseRecord(Record):
         return (self.lease.owner, self.lease.term, self.lease.seq)
 
 
+class NodeLeaseRecordBefore16(Record):
+    """A version 2 record whose report has no `job`. Read, never written."""
+
+    version: Literal[2]
+    lease: ProcessLease
+    state: NodeState
+    ttl_ms: U64
+    nonce: str
+    failure_domain: str | None
+    takeovers: tuple[ProcessLeaseFence, ...]
+    report: NodeReportBefore16 | None
+
+
 class NodeLeaseRecordBefore15(Record):
     """A version 2 record whose report has no `quiescent_through`. Read, never written."""
 
@@ -142,19 +178,6 @@ class NodeLeaseRecordBefore15(Record):
     failure_domain: str | None
     takeovers: tuple[ProcessLeaseFence, ...]
     report: NodeReportBefore15 | None
-
-    def upgraded(self) -> NodeLeaseRecord:
-        report = None if self.report is None else self.report.upgraded()
-        return NodeLeaseRecord(
-            version=NODE_LEASE_RECORD_VERSION,
-            lease=self.lease,
-            state=self.state,
-            ttl_ms=self.ttl_ms,
-            nonce=self.nonce,
-            failure_domain=self.failure_domain,
-            takeovers=self.takeovers,
-            report=report,
-        )
 
 
 class NodeLeaseRecordV1(Record):
@@ -168,17 +191,21 @@ class NodeLeaseRecordV1(Record):
     failure_domain: str | None
     takeovers: tuple[ProcessLeaseFence, ...]
 
-    def upgraded(self) -> NodeLeaseRecord:
-        return NodeLeaseRecord(
-            version=NODE_LEASE_RECORD_VERSION,
-            lease=self.lease,
-            state=self.state,
-            ttl_ms=self.ttl_ms,
-            nonce=self.nonce,
-            failure_domain=self.failure_domain,
-            takeovers=self.takeovers,
-            report=None,
-        )
+
+OlderNodeLeaseRecord = NodeLeaseRecordBefore16 | NodeLeaseRecordBefore15 | NodeLeaseRecordV1
+OLDER_NODE_LEASE_RECORDS: Final[tuple[type[OlderNodeLeaseRecord], ...]] = (
+    NodeLeaseRecordBefore16,
+    NodeLeaseRecordBefore15,
+    NodeLeaseRecordV1,
+)  # newest first: the order `decode_node_record` tries them in
+
+
+def upgraded(older: OlderNodeLeaseRecord) -> NodeLeaseRecord:
+    """An older record as the current shape: the fields it lacks are None."""
+    fields = msgspec.structs.asdict(older)
+    report = fields.pop("report", None)
+    fields["version"] = NODE_LEASE_RECORD_VERSION
+    return NodeLeaseRecord(**fields, report=None if report is None else report.upgraded())
 
 
 class MembershipRoster(Record):
@@ -226,6 +253,7 @@ def node_report(
     assignment_version: int,
     restoring: Iterable[int],
     quiescent_through: int | None = None,
+    job: JobReport | None = None,
 ) -> NodeReport:
     """A report from a request counter by kind (`store.counting.CountingStore.requests`)."""
     ordered = sorted(restoring)
@@ -242,6 +270,7 @@ def node_report(
         restoring_count=len(ordered),
         restoring=tuple(ordered[:REPORT_RESTORING_VNODES_MAX]),
         quiescent_through=quiescent_through,
+        job=job,
     )
 
 
@@ -326,8 +355,8 @@ def encode_node_record(record: NodeLeaseRecord, *, key: str, node: int) -> bytes
 def decode_node_record(body: bytes, *, key: str, node: int) -> NodeLeaseRecord:
     """Strict canonical decode plus validation; anything else is CorruptRecord, never trusted.
     A version 1 record decodes as version 2 without a report; a version 2 record written before
-    `quiescent_through` existed decodes with it None (each older shape is tried only after the
-    current one failed, and must itself be canonical)."""
+    `quiescent_through` or `job` existed decodes with them None (each older shape is tried only
+    after the current one failed, and must itself be canonical)."""
     try:
         record = decode(body, NodeLeaseRecord, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
     except CorruptRecord as error:
@@ -340,14 +369,10 @@ def decode_node_record(body: bytes, *, key: str, node: int) -> NodeLeaseRecord:
 
 def _decode_older(body: bytes, *, key: str, error: CorruptRecord) -> NodeLeaseRecord:
     """`body` as one of the older shapes, upgraded; else the current shape's `error`."""
-    older: NodeLeaseRecordBefore15 | NodeLeaseRecordV1
-    try:
-        older = decode(
-            body, NodeLeaseRecordBefore15, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES
-        )
-    except CorruptRecord:
+    for shape in OLDER_NODE_LEASE_RECORDS:
         try:
-            older = decode(body, NodeLeaseRecordV1, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
+            older = decode(body, shape, key=key, max_bytes=MAX_NODE_LEASE_RECORD_BYTES)
         except CorruptRecord:
-            raise error from None
-    return older.upgraded()
+            continue
+        return upgraded(older)
+    raise error from None

@@ -54,6 +54,7 @@ from laminar_cluster.errors import InvalidArgument, LaminarError
 from laminar_cluster.fencing import CheckpointAssignmentFence, FenceParticipant, LeaderProof
 from laminar_cluster.lease.lease_store import LeaderLeaseStore
 from laminar_cluster.membership.discovery import MembershipView
+from laminar_cluster.membership.records import JobReport
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
@@ -176,6 +177,7 @@ class StreamNode:
             store_wrapper=store_wrapper,
             metrics=metrics,
             restoring=self._restoring,
+            job_report=self._job_report,
             skip_checkpoint=self._skip_checkpoint,
         )
 
@@ -199,6 +201,14 @@ class StreamNode:
     def _restoring(self) -> tuple[int, ...]:
         engine = self.engine
         return () if engine is None else tuple(engine.host.restoring)
+
+    def _job_report(self) -> JobReport | None:
+        """A job's late events and dead letters for the lease renewal's report (no request)."""
+        engine = self.engine
+        if self.job is None or engine is None:
+            return None
+        progress = engine.progress()
+        return JobReport(late_events=progress.late_events, dead_letters=progress.dead_letters)
 
     def _stream_engine(self, store: ObjectStore, clock: Clock) -> DataPlane:
         """The default data plane: the job's (`JobRuntime.plane`), else the reference engine

@@ -83,7 +83,17 @@ def member_row(node: int, record: NodeLeaseRecord, age_ms: int) -> dict[str, Any
         "last_renewal_age_ms": age_ms,
         "ttl_ms": record.ttl_ms,
         "failure_domain": record.failure_domain,
+        "job": job_figures(record),
     }
+
+
+def job_figures(record: NodeLeaseRecord) -> dict[str, int] | None:
+    """The job's late events and dead letters in the vnodes the node held at its last renewal
+    (the report's `job`, ML-12), or None when it reports none (no job, or an older node)."""
+    job = None if record.report is None else record.report.job
+    if job is None:
+        return None
+    return {"late_events": job.late_events, "dead_letters": job.dead_letters}
 
 
 async def read_member(

@@ -11,7 +11,8 @@ own section (the problem names the object):
   (`views.members`: a record older than its ttl that never left is `dead`, as is one a leader
   took over). The reader also keeps a `Discovery`, so `--watch` sees `suspected` and `dead`
   once a node's liveness identity stays unchanged for half or all of its ttl on this clock
-  (ML-4) even when the store's clock disagrees with this one;
+  (ML-4) even when the store's clock disagrees with this one. A node running a job reports
+  its late events and dead letters in the same record (ML-12, `views.members.job_figures`);
 * assignment: the head version of the snapshot store (the AS §2.11 overlay of `load_effective`),
   draining or committed, vnodes per node;
 * last committed cluster checkpoint: the head's Commit link (or the floor's committed anchor

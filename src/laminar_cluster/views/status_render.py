@@ -59,6 +59,14 @@ def _summary(view: StatusView) -> Table:
     lag = view.lag
     grid.add_row("source lag", "unknown" if not lag.get("known") else f"{lag['total']:,} events")
     grid.add_row("store requests", _requests_text(view.requests))
+    jobs = [job for job in map(_job_of, view.members) if job is not None]
+    if jobs:
+        late, dead = (sum(job[name] for job in jobs) for name in ("late_events", "dead_letters"))
+        grid.add_row(
+            "job",
+            f"{late:,} late events, {dead:,} dead letters "
+            f"(in the vnodes of {len(jobs)} running node{'s' if len(jobs) > 1 else ''})",
+        )
     return grid
 
 
@@ -113,9 +121,16 @@ def _state_style(state: str) -> str:
 
 
 def _members(view: StatusView, compact: bool) -> RenderableType:
+    """The members table; with the columns `late` and `dead letters` when a node running a
+    job reports them (ML-12: the figures of its last renewal; `-` for a node without them),
+    except in `compact` (80 columns: the summary's `job` row has their totals)."""
     if not view.members:
         return Text("no members")
-    rows = table("node", "state", "term", "vnodes", "renewed", "req/s", "boot", title="members")
+    jobs = not compact and any(_job_of(member) is not None for member in view.members)
+    job_columns = ("late", "dead letters") if jobs else ()
+    rows = table(
+        "node", "state", "term", "vnodes", "renewed", "req/s", *job_columns, "boot", title="members"
+    )
     rates = {} if view.requests is None else {r["node"]: r for r in view.requests["nodes"]}
     for member in view.members:
         state = member["state"]
@@ -129,9 +144,23 @@ def _members(view: StatusView, compact: bool) -> RenderableType:
             cell(member.get("vnodes", 0)),
             f"{member['last_renewal_age_ms'] / 1000:.1f} s ago",
             _node_rate(rates.get(member["node"])),
+            *(_job_cells(_job_of(member)) if jobs else ()),
             member["boot"][:BOOT_SHORT_CHARS] if compact else member["boot"],
         )
     return rows
+
+
+def _job_of(member: dict[str, Any]) -> dict[str, int] | None:
+    """A running node's job figures; none for a node that is dead or left (it runs nothing:
+    its record keeps the figures of its last renewal, which `--json` still shows)."""
+    running = member["state"] in LIVE_STATES or member["state"] == "suspected"
+    return member.get("job") if running else None
+
+
+def _job_cells(job: dict[str, int] | None) -> tuple[str, str]:
+    if job is None:
+        return "-", "-"
+    return f"{job['late_events']:,}", f"{job['dead_letters']:,}"
 
 
 def _node_rate(row: dict[str, Any] | None) -> str:

@@ -36,7 +36,8 @@ arguments:
 * `metrics`: the `PlacementSink` the `SnapshotWatcher` publishes placement figures to;
 * `restoring()`: the vnodes the engine still restores, for the report each process lease
   renewal carries (`membership.records.NodeReport`, with the request counts by kind and the
-  engine's assignment version; none without it).
+  engine's assignment version; none without it);
+* `job_report()`: a job's late events and dead letters for that report (None: no job).
 
 While a factory runs, `store`, `decisions` and `authority` are already set on the node.
 """
@@ -59,7 +60,7 @@ from laminar_cluster.lease.records import LeaderLeaseOwner
 from laminar_cluster.membership.discovery import Discovery
 from laminar_cluster.membership.leave import keep_renewed
 from laminar_cluster.membership.process_lease import ProcessFenced, ProcessLeaseHolder
-from laminar_cluster.membership.records import NodeReport, node_report
+from laminar_cluster.membership.records import JobReport, NodeReport, node_report
 from laminar_cluster.rebalance.cluster.controller import StoreClusterController
 from laminar_cluster.rebalance.context import RebalanceContext
 from laminar_cluster.rebalance.engine.base import BaseEngine
@@ -144,6 +145,7 @@ class RebalanceNode:
         store_wrapper: StoreWrapper | None = None,
         metrics: PlacementSink | None = None,
         restoring: Callable[[], Iterable[int]] | None = None,
+        job_report: Callable[[], JobReport | None] | None = None,
         skip_checkpoint: SkipCheckpoint | None = None,
     ) -> None:
         self.requests = PurposeCountingStore(
@@ -151,6 +153,7 @@ class RebalanceNode:
         )
         self._counting_since_s = clock.monotonic()
         self._restoring, self._skip_checkpoint = restoring, skip_checkpoint
+        self._job_report = job_report
         self.store: ObjectStore = self.requests
         self.clock = clock
         self.config = config
@@ -322,6 +325,7 @@ class RebalanceNode:
             0 if engine is None else engine.registry().version,
             () if self._restoring is None else self._restoring(),
             None if host is None else host.quiescent_through(),  # DC-21
+            None if self._job_report is None else self._job_report(),
         )
 
     def _owners_of(self, fence: CheckpointAssignmentFence) -> Sequence[int] | None:
