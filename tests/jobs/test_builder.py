@@ -146,3 +146,42 @@ def test_a_complete_job_compiles_with_a_struct_event_type() -> None:
     program = compile_job(job)
     assert program.job is job
     assert program.decode_event(b'{"user": "a", "ts_ms": 1}') == Click("a", 1)
+
+
+class _Repartitioned(ListSource):
+    """A test source the cluster would repartition by key (as a FileSource is)."""
+
+    repartitioned = True
+
+
+def _words(line: dict[str, str]) -> list[dict[str, str]]:
+    return [{"word": w} for w in line["text"].split()]
+
+
+def test_flat_map_runs_before_the_key_and_only_once() -> None:
+    job = Job("w").source(_Repartitioned()).flat_map(_words)
+    with pytest.raises(InvalidArgument, match=r"has a flat_map already"):
+        job.flat_map(_words)
+    with pytest.raises(InvalidArgument, match=r"call \.flat_map\(\.\.\.\) before \.key_by"):
+        Job("w").source(_Repartitioned()).key_by(lambda e: e["word"]).flat_map(_words)
+    with pytest.raises(InvalidArgument, match="is not callable"):
+        Job("w").flat_map("split")  # type: ignore[arg-type]
+
+
+def test_flat_map_needs_a_source_repartitioned_by_key() -> None:
+    def with_source(source: ListSource) -> Job:
+        return (
+            Job("w")
+            .source(source)
+            .flat_map(_words)
+            .key_by(lambda e: e["word"])
+            .aggregate(Count())
+            .sink(ListSink("main"))
+        )
+
+    assert compile_job(with_source(_Repartitioned())).flat_map({"text": "a b"}) == [
+        {"word": "a"},
+        {"word": "b"},
+    ]
+    with pytest.raises(InvalidArgument, match=r"\.flat_map\(\.\.\.\) needs a source repartitioned"):
+        compile_job(with_source(ListSource()))
