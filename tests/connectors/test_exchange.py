@@ -73,7 +73,7 @@ def test_a_delivery_appends_each_event_wrapped_with_its_tag_in_order(tmp_path: P
     asyncio.run(main())
 
 
-def test_tags_ascend_in_a_partition_across_deliveries(tmp_path: Path) -> None:
+def test_fs3_tags_ascend_in_a_partition_across_deliveries(tmp_path: Path) -> None:
     async def main() -> None:
         store = file_store(tmp_path)
         writer = ExchangeWriter(store, RealClock(), P)
@@ -120,7 +120,7 @@ def test_delivered_through_is_the_highest_checkpoint_delivered(tmp_path: Path) -
     asyncio.run(main())
 
 
-def test_a_delivery_delivered_twice_appends_its_tags_twice(tmp_path: Path) -> None:
+def test_fs3_a_delivery_delivered_twice_appends_its_tags_twice(tmp_path: Path) -> None:
     async def main() -> None:
         store = file_store(tmp_path)
         writer = ExchangeWriter(store, RealClock(), P)

@@ -74,7 +74,7 @@ def test_refresh_learns_the_pages_another_catalog_appended(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-def test_a_files_seq_never_changes_as_pages_are_appended(tmp_path: Path) -> None:
+def test_fs1_a_files_seq_never_changes_as_pages_are_appended(tmp_path: Path) -> None:
     async def main() -> None:
         store = file_store(tmp_path)
         writer = catalog_of(store)
@@ -90,7 +90,7 @@ def test_a_files_seq_never_changes_as_pages_are_appended(tmp_path: Path) -> None
     asyncio.run(main())
 
 
-def test_an_append_of_only_known_files_writes_no_page(tmp_path: Path) -> None:
+def test_fs1_an_append_of_only_known_files_writes_no_page(tmp_path: Path) -> None:
     async def main() -> None:
         store = CountingStore(file_store(tmp_path))
         catalog = catalog_of(store)
@@ -131,7 +131,7 @@ def test_vnode_of_file_is_within_the_vnodes_and_spreads_names() -> None:
     assert len(vnodes) > VNODE_COUNT // 2
 
 
-def test_two_catalogs_appending_overlapping_files_at_once_catalogue_each_once(
+def test_fs1_two_catalogs_appending_overlapping_files_at_once_catalogue_each_once(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:

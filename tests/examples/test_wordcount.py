@@ -60,7 +60,7 @@ def reference(files: dict[str, bytes]) -> Counter[str]:
     return counts
 
 
-def test_wordcount_over_files_equals_the_reference_under_rebalance(
+def test_fs2_fs3_wordcount_over_files_equals_the_reference_under_rebalance(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"

@@ -75,7 +75,7 @@ class Fixture:
         return [f.name for f in self.leader.files].index(name)
 
 
-def test_a_vnode_reads_its_first_file_in_chunks_then_moves_past_its_end(tmp_path: Path) -> None:
+def test_fs2_a_vnode_reads_its_first_file_in_chunks_then_moves_past_its_end(tmp_path: Path) -> None:
     async def main() -> None:
         fx = Fixture(tmp_path)
         first, second = name_in(7, ".jsonl"), name_in(7, ".jsonl", skip=1)
@@ -114,7 +114,7 @@ def test_a_whole_file_read_at_once_ends_at_the_next_seq(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_read_resumed_from_a_mid_file_offset_continues_exactly_there(tmp_path: Path) -> None:
+def test_fs2_a_read_resumed_from_a_mid_file_offset_continues_exactly_there(tmp_path: Path) -> None:
     async def main() -> None:
         fx = Fixture(tmp_path)
         other, name = name_in(9, ".jsonl"), name_in(5, ".jsonl")
@@ -181,7 +181,7 @@ def is_dead_letter_naming(record: bytes, name: str) -> bool:
     return not isinstance(value, dict) and name in record.decode()
 
 
-def test_a_file_deleted_after_cataloguing_becomes_one_non_object_record(tmp_path: Path) -> None:
+def test_fs4_a_file_deleted_after_cataloguing_becomes_one_non_object_record(tmp_path: Path) -> None:
     async def main() -> None:
         fx = Fixture(tmp_path)
         name = name_in(4, ".jsonl")
@@ -193,7 +193,7 @@ def test_a_file_deleted_after_cataloguing_becomes_one_non_object_record(tmp_path
     asyncio.run(main())
 
 
-def test_a_file_changed_after_cataloguing_becomes_one_non_object_record(tmp_path: Path) -> None:
+def test_fs4_a_file_changed_after_cataloguing_becomes_one_non_object_record(tmp_path: Path) -> None:
     async def main() -> None:
         fx = Fixture(tmp_path)
         name = name_in(4, ".jsonl")
@@ -205,7 +205,7 @@ def test_a_file_changed_after_cataloguing_becomes_one_non_object_record(tmp_path
     asyncio.run(main())
 
 
-def test_a_file_of_an_unknown_extension_becomes_one_non_object_record(tmp_path: Path) -> None:
+def test_fs4_a_file_of_an_unknown_extension_becomes_one_non_object_record(tmp_path: Path) -> None:
     async def main() -> None:
         fx = Fixture(tmp_path)
         name = name_in(6, ".dat")

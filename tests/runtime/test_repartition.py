@@ -82,7 +82,9 @@ def test_route_sends_each_event_to_its_keys_partition_of_the_record_log() -> Non
         assert record["h"] == key_hash(word) and record["p"] == key_hash(word) % P
 
 
-def test_a_record_not_decodable_or_whose_flat_map_raises_is_a_dead_letter_naming_the_file() -> None:
+def test_fs4_a_record_not_decodable_or_whose_flat_map_raises_is_a_dead_letter_naming_the_file() -> (
+    None
+):
     processor = _processor()
     processor.restore(SPLIT_VNODE, None)
     lines = [b"not json", json.dumps({"no_text": 1}).encode(), *_lines("ok")]
@@ -146,7 +148,7 @@ def _count_through_log(deliveries: list[tuple[int, int]]) -> Counter[str]:
     return counts
 
 
-def test_a_delivery_appended_again_is_applied_once_by_the_keyed_steps() -> None:
+def test_fs3_a_delivery_appended_again_is_applied_once_by_the_keyed_steps() -> None:
     once = _count_through_log([(5, 1)])
     assert once == Counter({"a": 3, "c": 2, "b": 1})
     assert _count_through_log([(5, 1), (5, 1)]) == once  # a repeated delivery
@@ -155,7 +157,7 @@ def test_a_delivery_appended_again_is_applied_once_by_the_keyed_steps() -> None:
     )  # two deliveries, then both again (a new leader restarting from checkpoint 5)
 
 
-def test_the_last_tags_are_cut_and_restored_with_the_vnode_state() -> None:
+def test_fs3_the_last_tags_are_cut_and_restored_with_the_vnode_state() -> None:
     first = _processor()
     first.restore(SPLIT_VNODE, None)
     first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a a")))
