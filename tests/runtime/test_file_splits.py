@@ -305,3 +305,49 @@ def test_split_log_reads_need_read_splits_not_int_columns(tmp_path: Path) -> Non
             await split_log(fx).read(P, 0, 10, deadline=fx.deadline())
 
     asyncio.run(main())
+
+
+@pytest.mark.s3
+def test_a_file_source_on_another_store_is_discovered_and_read_there(
+    tmp_path: Path, s3_url: str
+) -> None:
+    """`FileSource(url=...)`: the files in an S3 bucket (moto's server), the catalog in the
+    cluster's store; a CSV and a Parquet file of one vnode read as the job's events."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from laminar_cluster.connectors.sources import FileSource
+    from laminar_cluster.runtime.job_node import source_store
+
+    spec = FileSource(PREFIX, url=s3_url)
+    cluster = open_store(f"file://{tmp_path}/cluster?fsync=false")
+    source = source_store(spec, cluster)
+    assert source is not cluster
+    parquet = io.BytesIO()
+    pq.write_table(pa.table({"user": ["a", "b"], "n": [1, 2]}), parquet)
+    csv_name, parquet_name = name_in(9, ".csv"), name_in(9, ".parquet")
+    clock = SimulatedClock()
+
+    async def main() -> list[bytes]:
+        deadline = clock.monotonic() + 30.0
+        await source.put(csv_name, b"user,n\nc,3\n", CREATE)
+        await source.put(parquet_name, parquet.getvalue(), CREATE)
+        assert await discover(FileCatalog(cluster, clock, PREFIX), source, deadline=deadline) == 2
+        catalog = FileCatalog(cluster, clock, PREFIX)
+        splits = FileSplits(catalog, source, clock, file_format=None, interval_s=INTERVAL_S)
+        got, offset = [], 0
+        while True:
+            found, offset = await splits.read(9, offset, 100, deadline=deadline)
+            if found is None:
+                return got
+            got.extend(bytes(r) for r in found.records)
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        asyncio.run(source.close())
+    assert sorted(got) == sorted(
+        [b'{"user":"c","n":"3"}', b'{"user":"a","n":1}', b'{"user":"b","n":2}']
+    )
