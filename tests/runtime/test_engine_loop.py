@@ -99,3 +99,42 @@ def test_a_busy_partition_late_in_the_round_is_read_before_any_idle_wait() -> No
     assert totals == {1: (1, 10), 2: (1, 20), 3: (1, 30)}  # read before the first idle wait
     assert waits == 1
     assert len(reads) <= 2 * PARTITIONS  # one round to find it, one dry round, then the wait
+
+
+class _ClosingIntake(_Intake):
+    """Open for the loop's first turn only (a gate closes intake after one slice was read)."""
+
+    def __init__(self, shutdown: asyncio.Event, processor: KeyedAggregation) -> None:
+        super().__init__(shutdown, processor)
+        self.opens = 0
+
+    def open(self) -> bool:
+        self.opens += 1
+        return self.opens <= 2  # the turn's check and its batch's re-check
+
+
+def test_a_loop_whose_intake_closed_mid_round_waits_instead_of_spinning() -> None:
+    async def main() -> tuple[int, int]:
+        clock, log, processor = RealClock(), _Log(), KeyedAggregation()
+        table = VnodeTable(PARTITIONS)
+        for vnode in range(256):
+            processor.restore(vnode, None)
+            table.restore(vnode, {}, empty=True, vnode_count=256)
+        loop = EngineLoop(
+            clock=clock,
+            log=log,
+            read=read_columns(log),
+            processor=processor,
+            config=EngineConfig(read_parallelism=8),
+            table=table,
+            counters=StreamCounters(),
+            partitions_known=True,
+        )
+        shutdown = asyncio.Event()
+        intake = _ClosingIntake(shutdown, processor)
+        await asyncio.wait_for(loop.run(intake, shutdown), timeout=10)
+        return intake.waits, intake.opens
+
+    waits, opens = asyncio.run(main())
+    assert waits == 1  # a dry slice, then closed intake: the loop waits for a change
+    assert opens < 10  # and did not turn round and round meanwhile

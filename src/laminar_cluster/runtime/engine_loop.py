@@ -105,10 +105,9 @@ class EngineLoop:
         return True
 
     async def _process(self, intake: Intake) -> bool:
-        if not intake.open():
-            return False
-        reads = self.table.next_reads(self.config.read_parallelism)
+        reads = self.table.next_reads(self.config.read_parallelism) if intake.open() else []
         if not reads:
+            self._dry_reads = 0  # nothing to read at all: the run waits (no round to finish)
             return False
         deadline = self.clock.monotonic() + self.config.read_timeout_s
         if self._poll_due:  # after an idle wait: what moved? (reads list only what did)
