@@ -17,7 +17,7 @@ from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.connectors.eventlog_segments import LogLayout
 from laminar_cluster.connectors.exchange import (
-    ROUTED_EVENT_BYTES_MAX,
+    ROUTED_GROUP_BYTES_MAX,
     ExchangeWriter,
     decode_exchanged,
 )
@@ -38,8 +38,9 @@ def file_store(tmp_path: Path) -> ObjectStore:
 
 
 def routed(key: str, i: int) -> dict[str, Any]:
+    """A routed group of one event."""
     hashed = key_hash(key)
-    return {"p": hashed % P, "h": hashed, "e": msgspec.json.encode({"word": key, "i": i})}
+    return {"p": hashed % P, "h": hashed, "e": [msgspec.json.encode({"word": key, "i": i})]}
 
 
 def delivery(checkpoint_id: int, node_id: int, keys: list[str]) -> Delivery:
@@ -61,11 +62,11 @@ def test_a_delivery_appends_each_event_wrapped_with_its_tag_in_order(tmp_path: P
         for key in set(keys):
             partition = key_hash(key) % P
             got = await partition_records(store, partition)
-            # i counts the delivery's events of this partition, in the order delivered
+            # i counts the delivery's groups of this partition, in the order delivered
             expected = [
                 {"word": k, "i": i} for i, k in enumerate(keys) if key_hash(k) % P == partition
             ]
-            assert [r["e"] for r in got] == expected
+            assert [r["e"] for r in got] == [[event] for event in expected]
             assert [(r["c"], r["n"], r["i"]) for r in got] == [
                 (7, 3, index) for index in range(len(expected))
             ]
@@ -128,7 +129,7 @@ def test_fs3_a_delivery_delivered_twice_appends_its_tags_twice(tmp_path: Path) -
         assert await writer.deliver(again, deadline=far()) is True
         assert await writer.deliver(again, deadline=far()) is True  # at least once in the log
         got = await partition_records(store, key_hash("x") % P)
-        tags = [(r["c"], r["n"], r["i"]) for r in got if r["e"]["word"] == "x"]
+        tags = [(r["c"], r["n"], r["i"]) for r in got if r["e"][0]["word"] == "x"]
         assert tags == [(8, 4, 0), (8, 4, 1), (8, 4, 0), (8, 4, 1)]  # the reader deduplicates
         assert await writer.delivered_through(JOB, deadline=far()) == 8
 
@@ -139,25 +140,31 @@ def test_fs3_a_delivery_delivered_twice_appends_its_tags_twice(tmp_path: Path) -
     "record",
     [
         {"p": 1, "h": 1},
-        {"p": 1, "h": "1", "e": b"{}"},
-        {"p": "x", "h": 1, "e": b"{}"},
+        {"p": 1, "h": "1", "e": [b"{}"]},
+        {"p": "x", "h": 1, "e": [b"{}"]},
         {"p": 1, "h": 1, "e": 5},
-        {"p": 2, "h": 1, "e": b"{}"},
-        {"p": 255, "h": -1, "e": b"{}"},
-        {"p": 1, "h": 1, "e": b"[1]"},
-        {"p": 1, "h": 1, "e": b'{"a":'},
-        {"p": 1, "h": 1, "e": b'{"a":"' + b"x" * ROUTED_EVENT_BYTES_MAX + b'"}'},
+        {"p": 1, "h": 1, "e": b"{}"},
+        {"p": 1, "h": 1, "e": []},
+        {"p": 2, "h": 1, "e": [b"{}"]},
+        {"p": 255, "h": -1, "e": [b"{}"]},
+        {"p": 1, "h": 1, "e": [b"{}", b"[1]"]},
+        {"p": 1, "h": 1, "e": [b'{"a":']},
+        {"p": 1, "h": 1, "e": [b'{"a":"' + b"x" * ROUTED_GROUP_BYTES_MAX + b'"}']},
+        {"p": 1, "h": 1, "e": [b'{"a":"' + b"x" * 40_000 + b'"}'] * 2},
     ],
     ids=[
         "missing-event",
         "hash-not-int",
         "partition-not-int",
-        "event-not-bytes",
+        "events-not-a-list",
+        "events-not-a-list-of-bytes",
+        "no-event",
         "partition-not-the-hashes",
         "hash-not-u64",
         "event-not-an-object",
         "event-not-json",
         "event-too-large",
+        "group-too-large",
     ],
 )
 def test_a_malformed_routed_record_is_corrupt(tmp_path: Path, record: dict[str, Any]) -> None:

@@ -19,7 +19,12 @@ from laminar_cluster.clock.simulated import SimulatedClock
 from laminar_cluster.connectors.delivery import Delivery
 from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.connectors.eventlog_records import key_hash
-from laminar_cluster.connectors.exchange import EXCHANGE, ExchangeWriter
+from laminar_cluster.connectors.exchange import (
+    EXCHANGE,
+    ROUTED_GROUP_BYTES_MAX,
+    ExchangeWriter,
+    group_bytes,
+)
 from laminar_cluster.errors import CorruptRecord, Refused
 from laminar_cluster.jobs import StepFailed, compile_job
 from laminar_cluster.runtime.engine_types import SourceBatch
@@ -69,17 +74,33 @@ def _emits(processor: JobProcessor, *vnodes: int) -> list[tuple[str, dict[str, A
     return [(e.stream, e.record) for e in decode_output(cut.output, what="test")]
 
 
-def test_route_sends_each_event_to_its_keys_partition_of_the_record_log() -> None:
+def test_route_sends_each_event_to_its_keys_partition_of_the_record_log_in_groups() -> None:
     processor = _processor()
     processor.restore(SPLIT_VNODE, None)
-    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a b", "b")))
+    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a b c", "b a")))
     routed = _emits(processor, SPLIT_VNODE)
-    assert [stream for stream, _ in routed] == [EXCHANGE] * 3
-    words = [json.loads(record["e"])["word"] for _, record in routed]
-    assert words == ["a", "b", "b"]
-    for _, record in routed:
-        word = json.loads(record["e"])["word"]
-        assert record["h"] == key_hash(word) and record["p"] == key_hash(word) % P
+    assert {stream for stream, _ in routed} == {EXCHANGE}
+    by_partition: dict[int, list[str]] = {}
+    for _, group in routed:
+        words = [json.loads(event)["word"] for event in group["e"]]
+        assert group["h"] == key_hash(words[0])  # the first event's key hash
+        assert all(key_hash(word) % P == group["p"] for word in words)
+        by_partition.setdefault(group["p"], []).extend(words)
+    expected: dict[int, list[str]] = {}
+    for word in ["a", "b", "c", "b", "a"]:
+        expected.setdefault(key_hash(word) % P, []).append(word)
+    assert by_partition == expected  # every event once, in order within its partition
+    assert len(routed) == len(expected)  # one group per partition for a small batch
+
+
+def test_a_group_ends_before_it_would_outgrow_one_record_of_the_log() -> None:
+    processor = _processor()
+    processor.restore(SPLIT_VNODE, None)
+    word = "w" * 20_000  # three fit in a group of at most ROUTED_GROUP_BYTES_MAX
+    processor.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines(*[word] * 7)))
+    groups = [group for _, group in _emits(processor, SPLIT_VNODE)]
+    assert [len(group["e"]) for group in groups] == [3, 3, 1]
+    assert all(group_bytes(group["e"]) <= ROUTED_GROUP_BYTES_MAX for group in groups)
 
 
 def test_fs4_a_record_not_decodable_or_whose_flat_map_raises_is_a_dead_letter_naming_the_file() -> (
@@ -160,8 +181,9 @@ def test_fs3_a_delivery_appended_again_is_applied_once_by_the_keyed_steps() -> N
 def test_fs3_the_last_tags_are_cut_and_restored_with_the_vnode_state() -> None:
     first = _processor()
     first.restore(SPLIT_VNODE, None)
-    first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a a")))
-    routed = [record for _, record in _emits(first, SPLIT_VNODE)]
+    first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a")))
+    first.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines("a"), seq=1))
+    routed = [record for _, record in _emits(first, SPLIT_VNODE)]  # a group per batch
     partition = key_hash("a") % P
     vnode = partition % 256
     records = asyncio.run(_deliver_and_read(routed, [(3, 2), (3, 2)]))[partition]

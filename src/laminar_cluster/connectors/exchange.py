@@ -3,16 +3,18 @@ sources"): the `ExchangeWriter` sink appends committed routed events to the stor
 where the owner of each key's vnode reads them, and `Exchanged`, the form they take there.
 
 The first stage (the owner of a file's vnode) turns each record into events, keys them, and
-emits each as an `EXCHANGE` record `{"p": partition, "h": key hash, "e": event JSON}`: output
-like any other, pending until its checkpoint commits. The leader's deliverer hands each
-committed checkpoint's routed events, participant by participant, to this writer, which wraps
-each as `{"c": checkpoint, "n": node, "i": index, "e": event}` (`i` counts the delivery's events
-of one partition) and appends them with a `Producer` (one segment per flush, usually one per
-delivery). So in every partition the tags `(c, n, i)` of a delivery and of successive ones
-ascend, and a delivery appended again (after a crash of the leader, or by a deposed one) repeats
-tags already seen: the reading stage skips every event whose tag is not above the last it
-applied in that partition, a figure cut with the partition's offset in each checkpoint. The
-delivery is therefore at least once into the log and exactly once into the keyed steps.
+emits them grouped per record log partition, each group an `EXCHANGE` record `{"p": partition,
+"h": the first event's key hash, "e": [event JSON, ...]}` of at most 64 KiB: output like any
+other, pending until its checkpoint commits. Grouping makes the repartition's cost per group,
+not per event (an output record, a log record, a tag). The leader's deliverer hands each
+committed checkpoint's groups, participant by participant, to this writer, which wraps each as
+one log record `{"c": checkpoint, "n": node, "i": index, "e": [...]}` (`i` counts the
+delivery's groups of one partition) and appends them with a `Producer` (one segment per flush).
+So in every partition the tags `(c, n, i)` of a delivery and of successive ones ascend, and a
+delivery appended again (after a crash of the leader, or by a deposed one) repeats tags already
+seen: the reading stage skips every group whose tag is not above the last it applied in that
+partition, a figure cut with the partition's offset in each checkpoint. The delivery is
+therefore at least once into the log and exactly once into the keyed steps.
 
 `delivered_through` is the highest checkpoint named by the last event of any partition (one
 read of the index and of the segments holding those events): every earlier checkpoint was
@@ -34,20 +36,21 @@ from laminar_cluster.errors import CorruptRecord
 from laminar_cluster.store import ObjectStore
 
 EXCHANGE: Final = "exchange"  # the stream of routed events; no user sink takes it
-# What the wrapping adds to an event: `{"c":<20>,"n":<20>,"i":<20>,"e":...}`.
-EXCHANGE_OVERHEAD_BYTES: Final = 96
-ROUTED_EVENT_BYTES_MAX: Final = EVENT_RECORD_BYTES_MAX - EXCHANGE_OVERHEAD_BYTES
+# What the wrapping adds to a group: `{"c":<20>,"n":<20>,"i":<20>,"e":[...]}`.
+EXCHANGE_OVERHEAD_BYTES: Final = 128
+# A group's events, with a comma between each two: at most this many bytes (so one event too).
+ROUTED_GROUP_BYTES_MAX: Final = EVENT_RECORD_BYTES_MAX - EXCHANGE_OVERHEAD_BYTES
 
 Tag = tuple[int, int, int]  # (checkpoint, node, index)
 
 
 class Exchanged(msgspec.Struct, frozen=True):
-    """A routed event as the record log holds it (module docstring)."""
+    """A group of routed events as the record log holds it, one record (module docstring)."""
 
     c: int
     n: int
     i: int
-    e: msgspec.Raw
+    e: list[msgspec.Raw]
 
     @property
     def tag(self) -> Tag:
@@ -55,11 +58,17 @@ class Exchanged(msgspec.Struct, frozen=True):
 
 
 class Routed(msgspec.Struct, frozen=True):
-    """An `EXCHANGE` output record: the event, its key's hash and the partition it goes to."""
+    """An `EXCHANGE` output record: a group of events of one partition `p`, in order, and the
+    key hash of the first (the record log files the group under it)."""
 
     p: int
     h: int
-    e: bytes
+    e: list[bytes]
+
+
+def group_bytes(events: list[bytes]) -> int:
+    """The bytes of a group's events with the commas between them."""
+    return sum(len(event) for event in events) + max(len(events) - 1, 0)
 
 
 _WRAP: Final = msgspec.json.Encoder()
@@ -104,9 +113,8 @@ class ExchangeWriter:
             for routed in checked:
                 index = counts.get(routed.p, 0)
                 counts[routed.p] = index + 1
-                wrapped = Exchanged(
-                    delivery.checkpoint_id, delivery.node_id, index, msgspec.Raw(routed.e)
-                )
+                events = [msgspec.Raw(event) for event in routed.e]
+                wrapped = Exchanged(delivery.checkpoint_id, delivery.node_id, index, events)
                 await producer.send_hashed(routed.h, _WRAP.encode(wrapped))
             await producer.flush()
         except BaseException:
@@ -136,20 +144,24 @@ class ExchangeWriter:
 
 
 def _routed(record: object, delivery: Delivery, partitions: int) -> Routed:
-    """The routed event `record` holds, checked whole before anything of the delivery is
+    """The routed group `record` holds, checked whole before anything of the delivery is
     appended: CorruptRecord unless it is `{"p", "h", "e"}` with `h` a u64 key hash, `p` its
-    partition of `partitions`, and `e` one JSON object of at most ROUTED_EVENT_BYTES_MAX."""
+    partition of `partitions`, and `e` one or more JSON objects of at most
+    ROUTED_GROUP_BYTES_MAX together."""
     what = f"job {delivery.job} checkpoint {delivery.checkpoint_id} node {delivery.node_id}"
     try:
         routed = _ROUTED(record, Routed)
     except msgspec.ValidationError as error:
         raise CorruptRecord(f"{what}: a routed event is malformed: {error}") from None
-    if len(routed.e) > ROUTED_EVENT_BYTES_MAX:
+    size = group_bytes(routed.e)
+    if not routed.e or size > ROUTED_GROUP_BYTES_MAX:
         raise CorruptRecord(
-            f"{what}: a routed event is {len(routed.e)} bytes; maximum is {ROUTED_EVENT_BYTES_MAX}"
+            f"{what}: a routed group of {len(routed.e)} events is {size} bytes; it holds 1 or "
+            f"more events of at most {ROUTED_GROUP_BYTES_MAX} bytes together"
         )
     try:
-        _EVENT_OBJECT.decode(routed.e)
+        for event in routed.e:
+            _EVENT_OBJECT.decode(event)
     except msgspec.DecodeError as error:  # ValidationError included: not an object
         raise CorruptRecord(f"{what}: a routed event is not one JSON object: {error}") from None
     if not 0 <= routed.h <= U64_MAX or routed.p != routed.h % partitions:

@@ -38,7 +38,10 @@ RECORD_MASK: Final = (1 << RECORD_BITS) - 1
 # bytes (one file always); a file not read for OPEN_FILE_IDLE_S (its vnode moved) is let go.
 OPEN_FILES_BYTES_MAX: Final = 512 * 1024 * 1024
 OPEN_FILE_IDLE_S: Final = 30.0
-BATCH_BYTES_MAX: Final = 4 * 1024 * 1024  # a split batch's records, at most (and one more)
+# A split batch: at most this many records and bytes (and one more record), so that routing
+# it (every record through the job's flat_map and key) holds the event loop briefly.
+BATCH_RECORDS_MAX: Final = 1_024
+BATCH_BYTES_MAX: Final = 1024 * 1024
 
 
 class FileRecords(NamedTuple):
@@ -166,9 +169,9 @@ class FileSplits:
 
 
 def _within_bytes(records: list[bytes], first: int, max_events: int) -> list[bytes]:
-    """Records from `first`: at most `max_events`, and no more once `BATCH_BYTES_MAX` bytes are
-    taken (at least one)."""
-    chunk = records[first : first + max_events]
+    """Records from `first`: at most `max_events` and BATCH_RECORDS_MAX, and no more once
+    `BATCH_BYTES_MAX` bytes are taken (at least one)."""
+    chunk = records[first : first + min(max_events, BATCH_RECORDS_MAX)]
     taken = 0
     for index, record in enumerate(chunk):
         taken += len(record)

@@ -2,15 +2,15 @@
 sources"), as `JobProcessor` runs them.
 
 * `route` (first stage, a split batch): each file record is decoded as the job's event, passed
-  through the job's `.flat_map`, keyed, and emitted as an `EXCHANGE` record naming the record
-  log partition of its key (`connectors.exchange`). A record the job cannot decode, or a user
-  function that raises, is a dead letter (or, under `on_error("stop")`, `StepFailed`); its
-  dead letter has partition -1, its record number in the file as offset, and the file's name
-  in the error.
-* `admit` (second stage, a record log batch): each routed event is unwrapped, and skipped when
-  its tag `(checkpoint, node, index)` is not above the last one applied in its partition (a
-  delivery appended again); `seen` is that tag per partition, cut with the vnode's state
-  (`wrap_state`), so a restore resumes with the offsets and the tags of one cut.
+  through the job's `.flat_map` and keyed; the events are emitted grouped per record log
+  partition of their keys, as `EXCHANGE` records (`connectors.exchange`). A record the job
+  cannot decode, or a user function that raises, is a dead letter (or, under
+  `on_error("stop")`, `StepFailed`); its dead letter has partition -1, its record number in the
+  file as offset, and the file's name in the error.
+* `admit` (second stage, a record log batch): each routed group is unwrapped into its events,
+  and skipped when its tag `(checkpoint, node, index)` is not above the last one applied in its
+  partition (a delivery appended again); `seen` is that tag per partition, cut with the vnode's
+  state (`wrap_state`), so a restore resumes with the offsets and the tags of one cut.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgspec
 from laminar_cluster.connectors.eventlog_records import key_hash
 from laminar_cluster.connectors.exchange import (
     EXCHANGE,
-    ROUTED_EVENT_BYTES_MAX,
+    ROUTED_GROUP_BYTES_MAX,
     Tag,
     decode_exchanged,
 )
@@ -36,7 +36,7 @@ _EVENT: Final = msgspec.json.Encoder()
 # records: well under the 48 MiB output of one participant in one checkpoint
 # (`coordinator.objects.MAX_OUTPUT_BYTES`), which a cut over it would exceed for good.
 ROUTED_PENDING_BYTES_MAX: Final = 16 * 1024 * 1024
-ROUTED_RECORD_OVERHEAD_BYTES: Final = 48  # what output encoding adds to a routed event
+ROUTED_RECORD_OVERHEAD_BYTES: Final = 48  # what output encoding adds to a routed group
 
 
 class RepartitionState(msgspec.Struct, frozen=True):
@@ -49,6 +49,48 @@ class RepartitionState(msgspec.Struct, frozen=True):
 
 _STATE_ENCODER: Final = msgspec.msgpack.Encoder()
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(RepartitionState)
+
+
+class _Dead(Exception):
+    """A record that becomes a dead letter: the error and the key, if one was computed."""
+
+    def __init__(self, error: Exception, key: Any) -> None:
+        super().__init__(str(error))
+        self.error, self.key = error, key
+
+
+class _Groups:
+    """The routed events of one batch, grouped per partition in order: a group is emitted
+    when the next event would take it past ROUTED_GROUP_BYTES_MAX, and at `close`."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.emits: list[Emit] = []
+        self._open: dict[int, tuple[int, list[bytes], int]] = {}  # p -> (hash, events, bytes)
+        self._bytes = 0
+
+    def add(self, hashed: int, body: bytes) -> None:
+        partition = hashed % self.partitions
+        found = self._open.get(partition)
+        if found is not None and found[2] + 1 + len(body) > ROUTED_GROUP_BYTES_MAX:
+            self._emit(partition, found)
+            found = None
+        if found is None:
+            self._open[partition] = (hashed, [body], len(body))
+        else:
+            found[1].append(body)
+            self._open[partition] = (found[0], found[1], found[2] + 1 + len(body))
+
+    def _emit(self, partition: int, group: tuple[int, list[bytes], int]) -> None:
+        del self._open[partition]
+        self._bytes += group[2] + ROUTED_RECORD_OVERHEAD_BYTES
+        self.emits.append(Emit(EXCHANGE, {"p": partition, "h": group[0], "e": group[1]}))
+
+    def close(self) -> int:
+        """Emit every open group; the bytes of all the groups emitted."""
+        for partition, group in list(self._open.items()):
+            self._emit(partition, group)
+        return self._bytes
 
 
 def wrap_state(run: bytes, seen: dict[int, Tag]) -> bytes:
@@ -99,32 +141,37 @@ class Repartition:
         self._flight_bytes.pop(vnode, None)
 
     def route(self, vnode: int, batch: FileRecords, out: list[Emit]) -> None:
-        """Emit each record's events to their keys' partitions (module docstring)."""
-        program, partitions = self.program, self.partitions
-        routed_bytes = 0
+        """Emit the batch's events to their keys' partitions, grouped per partition (module
+        docstring); the groups follow the batch's dead letters in `out`."""
+        groups = _Groups(self.partitions)
         for index, raw in enumerate(batch.records):
-            number = batch.first_record + index
             try:
-                event = program.decode_event(raw)
-            except BadEvent as error:
-                self._dead(batch.file, number, raw, error, None, out)
-                continue
-            key: Any = None
-            try:
-                for routed in program.flat_map(event):
-                    key = program.key_of(routed)
-                    body = _EVENT.encode(routed)
-                    if len(body) > ROUTED_EVENT_BYTES_MAX or not body.startswith(b"{"):
-                        raise TypeError(
-                            f"an event of {len(body)} bytes is not a JSON object of at most "
-                            f"{ROUTED_EVENT_BYTES_MAX}"
-                        )
-                    hashed = key_hash(key)
-                    routed_bytes += len(body) + ROUTED_RECORD_OVERHEAD_BYTES
-                    out.append(Emit(EXCHANGE, {"p": hashed % partitions, "h": hashed, "e": body}))
-            except Exception as error:  # the user's functions: their failure is a dead letter
-                self._dead(batch.file, number, raw, error, key, out)
+                self._route_one(raw, groups)
+            except _Dead as dead:
+                self._dead(batch.file, batch.first_record + index, raw, dead.error, dead.key, out)
+        routed_bytes = groups.close()
+        out.extend(groups.emits)
         self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) + routed_bytes
+
+    def _route_one(self, raw: bytes, groups: _Groups) -> None:
+        program = self.program
+        try:
+            event = program.decode_event(raw)
+        except BadEvent as error:
+            raise _Dead(error, None) from None
+        key: Any = None
+        try:
+            for routed in program.flat_map(event):
+                key = program.key_of(routed)
+                body = _EVENT.encode(routed)
+                if len(body) > ROUTED_GROUP_BYTES_MAX or not body.startswith(b"{"):
+                    raise TypeError(
+                        f"an event of {len(body)} bytes is not a JSON object of at most "
+                        f"{ROUTED_GROUP_BYTES_MAX}"
+                    )
+                groups.add(key_hash(key), body)
+        except Exception as error:  # the user's functions: their failure is a dead letter
+            raise _Dead(error, key) from None
 
     def _dead(
         self, file: str, number: int, raw: bytes, error: Exception, key: Any, out: list[Emit]
@@ -160,7 +207,7 @@ class Repartition:
             if last is not None and tag <= last:
                 continue  # a delivery appended again: applied already
             last = tag
-            kept.append(bytes(found.e))
+            kept.extend(bytes(event) for event in found.e)
         if last is not None:
             seen[partition] = last
         return SourceBatch(batch.first_offset, batch.next_offset, kept)
