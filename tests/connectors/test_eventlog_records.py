@@ -9,10 +9,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laminar_cluster.assignment.vnode import VNODE_COUNT, Key, vnode_for_key
+from laminar_cluster.assignment.vnode import VNODE_COUNT, Key, encode_key, vnode_for_key
 from laminar_cluster.clock import RealClock
 from laminar_cluster.connectors.eventlog import EventLog
 from laminar_cluster.connectors.eventlog_records import (
@@ -249,3 +250,14 @@ def test_partition_counts_must_be_multiples_of_256() -> None:
     for bad in (0, 100, 257, 65_536 + 256):
         with pytest.raises(InvalidArgument, match="multiple of 256"):
             partition_of_key("k", bad)
+
+
+@pytest.mark.parametrize("key", ["", "user-7", "é€😀", "x" * 300, b"user-7", 7, -1, ("a", 1)])
+def test_key_hash_is_xxh3_of_the_canonical_key_encoding(key: Key) -> None:
+    assert key_hash(key) == xxhash.xxh3_64_intdigest(encode_key(key))
+
+
+@pytest.mark.parametrize("key", [True, 1.5, None, ["a"]])
+def test_key_hash_refuses_what_is_no_key(key: object) -> None:
+    with pytest.raises(InvalidArgument):
+        key_hash(key)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ vnode); it does not parse each event again (the job does, and refuses what it ca
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Final, Literal
 
@@ -52,6 +53,8 @@ _RECORD_SEGMENT_PREFIX: Final = b'{"version":2,'
 _OPEN_BRACE: Final = ord("{")
 _EVENT_DECODER: Final = msgspec.json.Decoder()
 _EVENT_ENCODER: Final = msgspec.json.Encoder()
+_XXH3: Final = xxhash.xxh3_64_intdigest
+_PACK_LENGTH: Final = struct.Struct("<I").pack
 
 RecordColumns = tuple[tuple[int, ...], tuple[bytes, ...]]  # key hashes, events' JSON bytes
 
@@ -80,8 +83,13 @@ class RecordSegment(Record):
 
 
 def key_hash(key: Key) -> int:
-    """xxh3_64 of the key's canonical encoding (`encode_key`): what a record log stores."""
-    return int(xxhash.xxh3_64_intdigest(encode_key(key)))
+    """xxh3_64 of the key's canonical encoding (`encode_key`): what a record log stores.
+    InvalidArgument for a value that is no key. A str key (the common one) is encoded here
+    directly, as `encode_key` would."""
+    if type(key) is str:
+        data = key.encode("utf-8")
+        return int(_XXH3(b"s" + _PACK_LENGTH(len(data)) + data))
+    return int(_XXH3(encode_key(key)))
 
 
 def check_record_partitions(partitions: int) -> None:

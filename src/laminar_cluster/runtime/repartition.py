@@ -117,6 +117,8 @@ class Repartition:
         self.program, self.partitions = program, partitions
         self.stop_on_error = program.job.error_policy == "stop"
         self.dead_letters = 0
+        assert program.job.key_fn is not None  # compile_job checked it
+        self._key_fn = program.job.key_fn
         self._pending_bytes: dict[int, int] = {}  # vnode -> routed bytes not yet committed
         self._flight_bytes: dict[int, int] = {}  # vnode -> of those, in the cut in flight
 
@@ -142,36 +144,42 @@ class Repartition:
 
     def route(self, vnode: int, batch: FileRecords, out: list[Emit]) -> None:
         """Emit the batch's events to their keys' partitions, grouped per partition (module
-        docstring); the groups follow the batch's dead letters in `out`."""
+        docstring); the groups follow the batch's dead letters in `out`. A record whose
+        `.flat_map` or key raises routes none of its events."""
         groups = _Groups(self.partitions)
+        add, decode, events_of = groups.add, self.program.decode_event, self._events_of
         for index, raw in enumerate(batch.records):
             try:
-                self._route_one(raw, groups)
+                event = decode(raw)
+            except BadEvent as error:
+                self._dead(batch.file, batch.first_record + index, raw, error, None, out)
+                continue
+            try:
+                for hashed, body in events_of(event):
+                    add(hashed, body)
             except _Dead as dead:
                 self._dead(batch.file, batch.first_record + index, raw, dead.error, dead.key, out)
         routed_bytes = groups.close()
         out.extend(groups.emits)
         self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) + routed_bytes
 
-    def _route_one(self, raw: bytes, groups: _Groups) -> None:
-        program = self.program
-        try:
-            event = program.decode_event(raw)
-        except BadEvent as error:
-            raise _Dead(error, None) from None
+    def _events_of(self, event: Any) -> list[tuple[int, bytes]]:
+        """(key hash, JSON) of each event `event` becomes; _Dead if a user function raises."""
+        key_fn, encode, routed = self._key_fn, _EVENT.encode, []
         key: Any = None
         try:
-            for routed in program.flat_map(event):
-                key = program.key_of(routed)
-                body = _EVENT.encode(routed)
-                if len(body) > ROUTED_GROUP_BYTES_MAX or not body.startswith(b"{"):
+            for item in self.program.flat_map(event):
+                key = key_fn(item)
+                body = encode(item)
+                if len(body) > ROUTED_GROUP_BYTES_MAX or body[:1] != b"{":
                     raise TypeError(
                         f"an event of {len(body)} bytes is not a JSON object of at most "
                         f"{ROUTED_GROUP_BYTES_MAX}"
                     )
-                groups.add(key_hash(key), body)
+                routed.append((key_hash(key), body))  # InvalidArgument for no key
         except Exception as error:  # the user's functions: their failure is a dead letter
             raise _Dead(error, key) from None
+        return routed
 
     def _dead(
         self, file: str, number: int, raw: bytes, error: Exception, key: Any, out: list[Emit]
