@@ -13,7 +13,9 @@ from the first `activated` event of any node to the moment a poll of the sink (e
 `POLL_S`, reading only the Parquet objects it had not read) finds every word's highest
 delivered count equal to its expected count: delivered, exactly-once throughput, checkpoint
 pauses and the delivery of the last checkpoint included (up to one poll late). Then the
-delivered counts must equal the expected ones exactly, no word extra (`verified`).
+delivered counts must equal the expected ones exactly, no word extra (`verified`). A run
+whose output is not complete in `COMPLETE_TIMEOUT_S` reports `complete: false`, no rate and
+what differs, and the next node count still runs; a node that exits fails the bench.
 
 Peer: Bytewax's `wordcount` flow (`bench.bytewax_flows`) over the same files written as
 `.txt` into a directory, with as many workers as nodes, recovery snapshots every second,
@@ -36,8 +38,8 @@ from laminar_cluster.bench import bytewax_peer
 from laminar_cluster.bench.books import Books, Corpus, generate, write_directory, write_store
 from laminar_cluster.bench.job_output import Records, SinkFiles, Verdict, parquet_rows
 from laminar_cluster.bench.pipeline_run import TIMINGS
-from laminar_cluster.clock import RealClock
-from laminar_cluster.errors import InvalidArgument
+from laminar_cluster.clock import Clock, RealClock
+from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 from laminar_cluster.harness.fleet import NodeFleet
 from laminar_cluster.harness.pipeline_logs import checkpoint_figures, events_of
 from laminar_cluster.harness.reference_jobs import output_prefix
@@ -153,24 +155,24 @@ async def _one(nodes: int, corpus: Corpus, template: Path, *, fsync: bool) -> di
             for node in range(1, nodes + 1):
                 fleet.start(node, ["--job", JOB_PATH])
             counts = WordCounts.of(store, corpus.expected)
-            what = f"all {corpus.words:,} words counted by {nodes} nodes"
-            await fleet.until(
-                what, counts.poll, clock=clock, timeout_s=COMPLETE_TIMEOUT_S, poll_s=POLL_S
-            )
+            complete = await _until_complete(fleet, counts, nodes, clock)
             end = clock.monotonic()
             fleet.refresh()
             activated = [float(e["t_mono"]) for _, e in events_of(fleet.runs, "activated")]
             begin = min(activated, default=started)
             window_s = max(end - begin, 1e-9)
             verified, verification = verify_counts(corpus.expected, counts.highest)
+            if not complete:
+                verification = f"not complete in {COMPLETE_TIMEOUT_S:.0f} s: {verification}"
             return {
                 "nodes": nodes,
                 "words": corpus.words,
                 "lines": corpus.lines,
+                "complete": complete,
                 "start_to_processing_s": round(begin - started, 3),
                 "process_s": round(window_s, 3),
-                "words_per_s": round(corpus.words / window_s),
-                "lines_per_s": round(corpus.lines / window_s),
+                "words_per_s": round(corpus.words / window_s) if complete else None,
+                "lines_per_s": round(corpus.lines / window_s) if complete else None,
                 "checkpoints": checkpoint_figures(fleet.runs, since=begin),
                 "sink_files": len(counts.files.files),
                 "verified": verified,
@@ -179,6 +181,22 @@ async def _one(nodes: int, corpus: Corpus, template: Path, *, fsync: bool) -> di
     finally:
         await store.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _until_complete(fleet: NodeFleet, counts: WordCounts, nodes: int, clock: Clock) -> bool:
+    """Poll the sink until the output is complete (True) or COMPLETE_TIMEOUT_S passes (False:
+    the run reports what it has); DeadlineExceeded if a node exits."""
+    deadline = clock.monotonic() + COMPLETE_TIMEOUT_S
+    what = f"all {sum(counts.expected.values()):,} words counted by {nodes} nodes"
+    try:
+        await fleet.until(
+            what, counts.poll, clock=clock, timeout_s=COMPLETE_TIMEOUT_S, poll_s=POLL_S
+        )
+    except DeadlineExceeded:
+        if clock.monotonic() < deadline:
+            raise  # a node exited
+        return False
+    return True
 
 
 def verify_peer_counts(expected: Mapping[str, int], records: Records) -> tuple[bool, int]:
@@ -208,8 +226,9 @@ def _peer(
         "words_per_s": peer.events_per_s,
         "processing_words_per_s": processing,
     }
-    figures["ratio"] = round(figures["words_per_s"] / max(processing, 1), 3)
-    figures["ratio_wall"] = round(figures["words_per_s"] / max(peer.events_per_s, 1), 3)
+    if figures["words_per_s"] is not None:
+        figures["ratio"] = round(figures["words_per_s"] / max(processing, 1), 3)
+        figures["ratio_wall"] = round(figures["words_per_s"] / max(peer.events_per_s, 1), 3)
 
 
 def print_files(figures: dict[str, Any], *, as_json: bool) -> None:
@@ -234,9 +253,13 @@ def print_files(figures: dict[str, Any], *, as_json: bool) -> None:
             f"words/s ({peer['words_per_s']:,} with its start), verified {peer['verified']}; "
             f"ratio {run['ratio']}x ({run['ratio_wall']}x)"
         )
+        rate = (
+            "not complete"
+            if run["words_per_s"] is None
+            else f"{run['words_per_s']:>9,} words/s, {run['lines_per_s']:,} lines/s delivered"
+        )
         console.print(
-            f"  {run['nodes']} node(s): {run['words_per_s']:>9,} words/s, "
-            f"{run['lines_per_s']:,} lines/s delivered ({run['process_s']:.2f} s, "
+            f"  {run['nodes']} node(s): {rate} ({run['process_s']:.2f} s, "
             f"{run['checkpoints']['committed']} checkpoints), verified {run['verified']} "
             f"({run['verification']}); {versus}",
             soft_wrap=True,
