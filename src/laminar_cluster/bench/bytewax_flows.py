@@ -17,6 +17,10 @@ Bytewax user writes it:
 * `keyed_step`: per key the nodes' pure-Python step (`reference_jobs.step_key_count_last`,
   state `[count, last value]`) in `op.stateful_map`, each record it emits written as it is,
   `{"key": k, "count": c, "last": v}`.
+* `wordcount` (of `bench files`): the plain text files `*.txt` (`bench.books`) instead, each
+  line split into its lowercase words by the nodes' regex (`reference_jobs.WORD`, in
+  `op.flat_map`), each word counted (`op.count_final` keyed by the word), the counts emitted
+  at the end of the input as `{"word": w, "count": c}`.
 
 The runner calls `bytewax._bytewax.cli_main`, which `python -m bytewax.run` calls too: recovery
 on (`RecoveryConfig(db_dir, backup_interval=0)` over partitions the parent initialised), epoch
@@ -45,14 +49,15 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from bytewax.recovery import RecoveryConfig
 
 from laminar_cluster.bench.bytewax_peer import WINDOW_MS
-from laminar_cluster.harness.reference_jobs import step_key_count_last
+from laminar_cluster.harness.reference_jobs import WORD, step_key_count_last
 
-JOBS: Final = ("count_sum", "windowed", "keyed_step")
+JOBS: Final = ("count_sum", "windowed", "keyed_step", "wordcount")
 # Events of one key reach a worker from up to 64 files read round-robin, 1,000 lines a batch
 # (DirSource's batch size): 10 s of event time apart within a worker, more between workers.
 OUT_OF_ORDERNESS_MS: Final = 60_000
 SNAPSHOT_INTERVAL_S: Final = 1
 INPUT_GLOB: Final = "*.jsonl"
+TEXT_GLOB: Final = "*.txt"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -162,17 +167,37 @@ def keyed_step_flow(input_dir: Path, output_dir: Path) -> Dataflow:
     return flow
 
 
+def _words(line: str) -> list[str]:
+    return WORD.findall(line.lower())
+
+
+def _count_line(item: tuple[str, int]) -> str:
+    word, count = item
+    return json.dumps({"word": word, "count": count})
+
+
+def wordcount_flow(input_dir: Path, output_dir: Path) -> Dataflow:
+    """The count of each lowercase word of the text files; the counts at the end of the input."""
+    flow = Dataflow("wordcount")
+    lines = op.input("read", flow, DirSource(input_dir, glob_pat=TEXT_GLOB))
+    words = op.flat_map("split", lines, _words)
+    counts = op.count_final("count", words, lambda word: word)
+    op.output("write", op.map("format", counts, _count_line), LinesSink(output_dir))
+    return flow
+
+
 FLOWS: Final[dict[str, Callable[[Path, Path], Dataflow]]] = {
     "count_sum": count_sum_flow,
     "windowed": windowed_flow,
     "keyed_step": keyed_step_flow,
+    "wordcount": wordcount_flow,
 }
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m laminar_cluster.bench.bytewax_flows")
     parser.add_argument("--job", choices=JOBS, required=True)
-    parser.add_argument("--input", type=Path, required=True, help="the JSON Lines directory")
+    parser.add_argument("--input", type=Path, required=True, help="the input files' directory")
     parser.add_argument("--output", type=Path, required=True, help="the output directory")
     parser.add_argument("--recovery", type=Path, required=True, help="initialised db dir")
     parser.add_argument("--workers-per-process", type=int, default=1)

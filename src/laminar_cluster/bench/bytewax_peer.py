@@ -19,6 +19,9 @@ threads in one process (`-w`). `seconds` is the wall time from starting the proc
 exit of the last, measured outside them with `time.perf_counter` (interpreter start and imports
 included; `startup_s` says how much of it passed before the dataflow was handed to Bytewax).
 
+`measure_peer` runs a flow over input files its caller wrote (`bench files`: text files for
+the `wordcount` flow) and checks the output with the caller's function.
+
 Verify: the workers' output must equal the independent computation, `expected_aggregates` for
 `count_sum`, `expected_windows` for `windowed` (with no event late: a late event would be a
 count missing from its window), the counts of `expected_keyed_step` for `keyed_step`. A run
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -51,7 +55,7 @@ from laminar_cluster.harness.workload import (
     expected_aggregates,
 )
 
-Job = Literal["count_sum", "windowed", "keyed_step"]
+Job = Literal["count_sum", "windowed", "keyed_step", "wordcount"]
 WINDOW_MS: Final = 60_000
 RUN_TIMEOUT_S: Final = 900.0
 FLOWS_MODULE: Final = "laminar_cluster.bench.bytewax_flows"
@@ -243,6 +247,63 @@ def verify_keyed_step(workload: Workload, records: list[dict[str, Any]]) -> bool
     }
 
 
+Verify = Callable[[list[dict[str, Any]]], tuple[bool, int]]  # records -> (verified, late)
+WORKLOAD_JOBS: Final = ("count_sum", "windowed", "keyed_step")
+
+
+def measure_peer(
+    job: Job,
+    *,
+    input_dir: Path,
+    events: int,
+    verify: Verify,
+    workers: int,
+    tmp: Path,
+    workers_per_process: int = 1,
+    timeout_s: float = RUN_TIMEOUT_S,
+) -> PeerFigures:
+    """Run Bytewax flow `job` over the files the caller wrote in `input_dir` (module
+    docstring), `events` its events, and `verify` the workers' output records. `workers` must
+    be a multiple of `workers_per_process`; `tmp` is used and then emptied (not `input_dir`)."""
+    if workers < 1 or workers_per_process < 1 or workers % workers_per_process:
+        raise InvalidArgument(
+            f"bytewax peer: {workers} workers in processes of {workers_per_process}"
+        )
+    run_dir = tmp / f"bytewax-{job}-{workers}w{workers_per_process}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    output_dir, logs = run_dir / "output", run_dir / "logs"
+    for directory in (output_dir, logs):
+        directory.mkdir(parents=True)
+    try:
+        recovery = _recovery_dirs(run_dir, workers // workers_per_process, workers_per_process)
+        commands = _commands(job, input_dir, output_dir, recovery, workers_per_process)
+        seconds, startup_s = _run(commands, logs, timeout_s)
+        verified, late = verify(_output_records(output_dir))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return PeerFigures(
+        job=job,
+        events=events,
+        seconds=round(seconds, 3),
+        events_per_s=round(events / max(seconds, 1e-9)),
+        workers=workers,
+        processes=len(commands),
+        verified=verified,
+        startup_s=round(startup_s, 3),
+        late_events=late,
+    )
+
+
+def _verify_workload(
+    job: Job, workload: Workload, records: list[dict[str, Any]]
+) -> tuple[bool, int]:
+    if job == "count_sum":
+        return verify_count_sum(workload, records), 0
+    if job == "keyed_step":
+        return verify_keyed_step(workload, records), 0
+    return verify_windowed(workload, records)
+
+
 def measure_bytewax(
     workload: Workload,
     *,
@@ -252,45 +313,26 @@ def measure_bytewax(
     workers_per_process: int = 1,
     timeout_s: float = RUN_TIMEOUT_S,
 ) -> PeerFigures:
-    """Write the input under `tmp`, run Bytewax over it (module docstring), verify its output.
-    `workers` must be a multiple of `workers_per_process`; `tmp` is used and then emptied."""
-    if job not in ("count_sum", "windowed", "keyed_step"):
-        raise InvalidArgument(f"bytewax peer job {job!r}; known: count_sum, windowed, keyed_step")
-    if workers < 1 or workers_per_process < 1 or workers % workers_per_process:
-        raise InvalidArgument(
-            f"bytewax peer: {workers} workers in processes of {workers_per_process}"
-        )
-    run_dir = tmp / f"bytewax-{job}-{workers}w{workers_per_process}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    input_dir, output_dir, logs = run_dir / "input", run_dir / "output", run_dir / "logs"
-    for directory in (output_dir, logs):
-        directory.mkdir(parents=True)
+    """Write the workload under `tmp` (`write_peer_input`), run Bytewax over it and verify its
+    output (`measure_peer`); `tmp` is used and then emptied."""
+    if job not in WORKLOAD_JOBS:
+        raise InvalidArgument(f"bytewax peer job {job!r}; known: {', '.join(WORKLOAD_JOBS)}")
+    input_dir = tmp / f"bytewax-{job}-input"
+    shutil.rmtree(input_dir, ignore_errors=True)
     try:
         write_peer_input(workload, input_dir, event_time=job == "windowed")
-        recovery = _recovery_dirs(run_dir, workers // workers_per_process, workers_per_process)
-        commands = _commands(job, input_dir, output_dir, recovery, workers_per_process)
-        seconds, startup_s = _run(commands, logs, timeout_s)
-        records = _output_records(output_dir)
-        late = 0
-        if job == "count_sum":
-            verified = verify_count_sum(workload, records)
-        elif job == "keyed_step":
-            verified = verify_keyed_step(workload, records)
-        else:
-            verified, late = verify_windowed(workload, records)
+        return measure_peer(
+            job,
+            input_dir=input_dir,
+            events=workload.events,
+            verify=lambda records: _verify_workload(job, workload, records),
+            workers=workers,
+            tmp=tmp,
+            workers_per_process=workers_per_process,
+            timeout_s=timeout_s,
+        )
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return PeerFigures(
-        job=job,
-        events=workload.events,
-        seconds=round(seconds, 3),
-        events_per_s=round(workload.events / max(seconds, 1e-9)),
-        workers=workers,
-        processes=len(commands),
-        verified=verified,
-        startup_s=round(startup_s, 3),
-        late_events=late,
-    )
+        shutil.rmtree(input_dir, ignore_errors=True)
 
 
 def _arguments() -> argparse.Namespace:
@@ -302,9 +344,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument(
-        "--job", choices=("count_sum", "windowed", "keyed_step"), default="count_sum"
-    )
+    parser.add_argument("--job", choices=WORKLOAD_JOBS, default="count_sum")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--workers-per-process", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -14,6 +14,7 @@ are create-only). The verifiers take every record delivered so far:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -33,34 +34,56 @@ Records = list[dict[str, Any]]
 Verdict = tuple[bool, str]  # (equal, one line saying what differs or what matched)
 
 
+def json_lines(key: str, body: bytes) -> Records:
+    """The records of a JSON Lines sink file (CorruptRecord for a line that is not one)."""
+    try:
+        return [_RECORD.decode(line) for line in body.splitlines() if line]
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise CorruptRecord(f"{key}: a line is not a JSON object: {error}", key=key) from None
+
+
+def parquet_rows(key: str, body: bytes) -> Records:
+    """The rows of a Parquet sink file (CorruptRecord if it cannot be read as Parquet)."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # the optional `parquet` extra
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    try:
+        rows: Records = pq.read_table(pa.BufferReader(body)).to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise CorruptRecord(f"{key}: not readable as Parquet: {error}", key=key) from None
+    return rows
+
+
 @dataclass
 class SinkFiles:
-    """The records of the files under one sink prefix, read incrementally."""
+    """The records of the files under one sink prefix, read incrementally (`decode`: how a
+    file's body becomes records, JSON Lines unless told)."""
 
     store: ObjectStore
     prefix: str
     files: dict[str, Records] = field(default_factory=dict)
+    decode: Callable[[str, bytes], Records] = json_lines
 
-    async def records(self) -> Records:
-        """Every record delivered so far, file after file in key order."""
+    async def read_new(self) -> Records:
+        """The records of the files not read before, file after file in key order."""
         offset: str | None = None
+        new: list[str] = []
         while True:
             page = await self.store.list(self.prefix, offset=offset, limit=LIST_PAGE_KEYS)
             for meta in page:
                 if meta.key not in self.files:
                     body = (await self.store.get(meta.key)).body
-                    self.files[meta.key] = _lines(meta.key, body)
+                    self.files[meta.key] = self.decode(meta.key, body)
+                    new.append(meta.key)
             if len(page) < LIST_PAGE_KEYS:
                 break
             offset = page[-1].key
+        return [record for key in sorted(new) for record in self.files[key]]
+
+    async def records(self) -> Records:
+        """Every record delivered so far, file after file in key order."""
+        await self.read_new()
         return [record for key in sorted(self.files) for record in self.files[key]]
-
-
-def _lines(key: str, body: bytes) -> Records:
-    try:
-        return [_RECORD.decode(line) for line in body.splitlines() if line]
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
-        raise CorruptRecord(f"{key}: a line is not a JSON object: {error}", key=key) from None
 
 
 def verify_count_sum(expected: Aggregates, records: Records) -> Verdict:

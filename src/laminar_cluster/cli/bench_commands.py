@@ -184,6 +184,39 @@ def bench_pipeline(
     raise typer.Exit(guard(run))
 
 
+@bench_app.command("files")
+def bench_files(
+    files: Annotated[int, option("--files", min=1, help="Text files to count words in.")] = 32,
+    lines: Annotated[int, option("--lines", min=1, help="Lines per file (5-15 words).")] = 8_000,
+    nodes: Annotated[
+        str, option("--nodes", help="Node counts to run, comma-separated (e.g. 1,2).")
+    ] = "1",
+    fsync: Annotated[bool, option("--fsync/--no-fsync", help="fsync the file store.")] = True,
+    bytewax: Annotated[
+        bool, option("--bytewax/--no-bytewax", help="Also measure Bytewax 0.21.")
+    ] = True,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Word count over text files put into the store: the wordcount reference job on real
+    node processes against Bytewax 0.21 over the same files, both verified; words/s and the
+    ratio."""
+    from laminar_cluster.bench.files_job import print_files, run_bench_files
+
+    def run() -> int:
+        figures = run_bench_files(
+            files=files,
+            lines=lines,
+            node_counts=_node_counts(nodes),
+            fsync=fsync,
+            bytewax=bytewax,
+        )
+        print_files(figures, as_json=as_json)
+        return 0
+
+    raise typer.Exit(guard(run))
+
+
 def _node_counts(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))

@@ -16,15 +16,22 @@ writes its main output as JSON Lines files under its own prefix of the cluster's
 * `keyed_step`: a pure-Python keyed step keeping per key `[count, last value]` and emitting
   `{"key": k, "count": c, "last": v}` at every `KEYED_STEP_EVERY`-th event of the key; the
   records must equal `expected_keyed_step`.
+
+`wordcount` (of `bench files`, not a `bench pipeline --job` choice: it reads no record log)
+reads the text files under `BOOKS_PREFIX` of the cluster's store (`bench.books`), splits each
+line into lowercase words (`WORD`) and counts each word (`{"word": w, "count": c}`, Parquet):
+a word's highest count must equal its count in the files.
 """
 
 from __future__ import annotations
 
 import collections
+import re
+from collections.abc import Iterator
 from typing import Any, Final
 
-from laminar_cluster.connectors.files import JsonLinesSink
-from laminar_cluster.connectors.sources import EventLogSource
+from laminar_cluster.connectors.files import JsonLinesSink, ParquetSink
+from laminar_cluster.connectors.sources import EventLogSource, FileSource
 from laminar_cluster.harness.workload import Workload, chunks
 from laminar_cluster.jobs import LATE, Count, Job, Sum, Tumbling
 
@@ -33,6 +40,8 @@ WINDOW_MS: Final = 60_000
 OUT_OF_ORDERNESS_MS: Final = 60_000
 KEYED_STEP_EVERY: Final = 50
 REFERENCE_JOBS: Final = ("count_sum", "windowed", "keyed_step")
+BOOKS_PREFIX: Final = "books/"
+WORD: Final = re.compile(r"[a-z']+")
 StepRecords = dict[int, list[tuple[int, int]]]  # key -> [(count, last value), ...] in order
 
 
@@ -75,6 +84,21 @@ keyed_step = (
     .key_by(lambda e: e["key"])
     .step(step_key_count_last, state_type=list[int] | None)
     .sink(JsonLinesSink(output_prefix("keyed_step")))
+)
+
+
+def words(line: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """The lowercase words of one line of text (`{"text": ...}`), each as an event."""
+    return ({"word": word} for word in WORD.findall(line["text"].lower()))
+
+
+wordcount = (
+    Job("wordcount")
+    .source(FileSource(BOOKS_PREFIX, format="text", discover_interval_s=1.0))
+    .flat_map(words)
+    .key_by(lambda event: event["word"], name="word")
+    .aggregate(Count(name="count"))
+    .sink(ParquetSink(output_prefix("wordcount")))
 )
 
 
