@@ -11,8 +11,9 @@
   does not want it, and the seeds take a core from neither.
 
 One session after the other took 13-14 min on 2 cores; the lanes end in about 8. The exit
-status is 0 when both passed, else the first nonzero of the two. Ctrl-C reaches both sessions
-(the terminal's process group), and each tears its fixtures and node processes down.
+status is 0 when both passed (or one lane had no test selected), else the first failing
+lane's. Ctrl-C reaches both sessions (the terminal's process group), and each tears its
+fixtures and node processes down.
 `pytest -m "not soak"` still runs the same tests in one session.
 """
 
@@ -27,16 +28,8 @@ PROCESSES = "processes and not soak"
 OTHERS = "not processes and not soak"
 OTHERS_NICE = 10
 PROCESSES_LOG = Path(".pytest-processes.log")
-
-
-def _wait(*lanes: subprocess.Popen[bytes]) -> list[int]:
-    """Every lane's exit status; a Ctrl-C meanwhile waits for the lanes to stop, then raises."""
-    try:
-        return [lane.wait() for lane in lanes]
-    except KeyboardInterrupt:
-        for lane in lanes:
-            lane.wait()
-        raise
+INTERRUPTED = 130  # a shell's status for a process ended by SIGINT
+NO_TESTS = 5  # pytest's status when the options select none of a lane's tests
 
 
 def main(argv: list[str]) -> int:
@@ -48,11 +41,17 @@ def main(argv: list[str]) -> int:
             stderr=subprocess.STDOUT,
         )
         others = subprocess.Popen([*pytest, "-m", OTHERS], preexec_fn=lambda: os.nice(OTHERS_NICE))
-        others_status = _wait(others)[0]
-        print(f"-- the processes lane ({PROCESSES}); its report when it ends --", flush=True)
-        processes_status = _wait(processes)[0]
+        try:
+            statuses = [others.wait()]
+            print(f"-- the processes lane ({PROCESSES}): its report when it ends --", flush=True)
+            statuses.append(processes.wait())
+        except KeyboardInterrupt:  # the terminal's SIGINT reached both lanes too: let them
+            others.wait()  # tear their fixtures and node processes down
+            processes.wait()
+            statuses = [INTERRUPTED]
     sys.stdout.write(PROCESSES_LOG.read_text(errors="replace"))
-    return next((status for status in (others_status, processes_status) if status), 0)
+    failed = [status for status in statuses if status not in (0, NO_TESTS)]
+    return failed[0] if failed else NO_TESTS if set(statuses) == {NO_TESTS} else 0
 
 
 if __name__ == "__main__":
