@@ -16,12 +16,20 @@ from pathlib import Path
 import pytest
 
 from examples import wordcount
+from laminar_cluster.clock import RealClock
 from laminar_cluster.store import CREATE, open_store
+from laminar_cluster.views.status import StatusReader, StatusView, event_log_opener
 from tests.examples.support import job_fleet, query, wait_for
 
 pytestmark = [pytest.mark.processes]
 
-VOCABULARY = [f"w{n}" for n in range(400)] + ["it's", "Don't", "THE"]
+
+def _word(n: int) -> str:
+    """Word n: letters only ("waa", "wab", ...), as the job's words are."""
+    return "w" + "".join(chr(ord("a") + n // 26**k % 26) for k in range(2))
+
+
+VOCABULARY = [_word(n) for n in range(400)] + ["it's", "Don't", "THE"]
 
 
 def books(seed: int, files: int, lines: int = 150) -> dict[str, bytes]:
@@ -94,4 +102,18 @@ def test_fs2_fs3_wordcount_over_files_equals_the_reference_under_rebalance(
         wait_for(
             fleet, "every word counted", lambda: total() >= sum(expected.values()), timeout_s=120
         )
+        view = asyncio.run(_status(url))
     assert counts() == dict(expected)
+    assert len(expected) == len(VOCABULARY)  # every word of the vocabulary is in the books
+    # status counts the record log's events, not the splits' file positions (seq << 32 | n)
+    assert view.checkpoint is not None and 0 < view.checkpoint["committed_events"] < 2**32
+    assert len(view.lag["partitions"]) == 256  # the record log's partitions only
+
+
+async def _status(url: str) -> StatusView:
+    store = open_store(url)
+    try:
+        clock = RealClock()
+        return await StatusReader(store, clock, event_log_opener(clock)).read(timeout_s=10.0)
+    finally:
+        await store.close()

@@ -359,6 +359,15 @@ class StatusReader:
         self, view: StatusView, capsule: ClusterRecoveryCapsule | None, deadline: float
     ) -> None:
         view.lag = await source_lag(self.store, self.event_log, capsule, view.notes, deadline)
+        if view.checkpoint is not None and capsule is not None and view.lag["partitions"]:
+            # Only the log's partitions count events: a file source's split partitions
+            # (beyond the log's, runtime/file_splits.py) hold file positions, not counts.
+            log_partitions = {str(row["partition"]) for row in view.lag["partitions"]}
+            view.checkpoint["committed_events"] = sum(
+                offset
+                for partition, offset in capsule.source_offsets.items()
+                if partition in log_partitions
+            )
 
 
 def _checkpoint_row(
