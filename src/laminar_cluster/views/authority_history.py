@@ -18,12 +18,17 @@ owner node, and the first and last time a record of that token was seen.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from laminar_cluster.checkpoint.reader import read_bytes
 from laminar_cluster.checkpoint.records import CheckpointOutcome, ClusterRecoveryCapsule
+from laminar_cluster.connectors.eventlog_segments import (
+    EVENT_LOG_LAYOUT_BYTES_MAX,
+    LAYOUT_PATH,
+    decode_layout,
+)
 from laminar_cluster.coordinator.paths import prepare_path
 from laminar_cluster.errors import CorruptRecord, ObjectNotFound
 from laminar_cluster.lease.limits import MAX_AUTHORITY_RECORD_BYTES
@@ -54,6 +59,7 @@ class AuthorityHistory:
     decisions: dict[int, dict[str, Any]] = field(default_factory=dict)  # by decision sequence
     terms: dict[int, dict[str, Any]] = field(default_factory=dict)  # by fencing token
     problems: list[str] = field(default_factory=list)
+    log_partitions: int | None = None  # the event log's, once its layout was read
 
     async def update(self, head: LeaderAuthorityRecord, seen_ms: int) -> None:
         """Read what is new below `head` (seen at `seen_ms` by the caller's wall clock)."""
@@ -105,6 +111,19 @@ class AuthorityHistory:
             "decisions": [self.decisions[seq] for seq in sorted(self.decisions)],
             "problems": self.problems,
         }
+
+    async def _log_partitions(self) -> int | None:
+        """The event log's declared partitions (read until it is declared; a layout is
+        create-only, so once is enough)."""
+        if self.log_partitions is None:
+            read = await read_bytes(
+                self.store,
+                LAYOUT_PATH,
+                what="event log layout",
+                max_bytes=EVENT_LOG_LAYOUT_BYTES_MAX,
+            )
+            self.log_partitions = None if read is None else decode_layout(read[0]).partitions
+        return self.log_partitions
 
     async def _record(self, seq: int) -> tuple[LeaderAuthorityRecord | None, int]:
         """Record `seq` with its last-modified time, read once; (None, 0) when absent."""
@@ -158,7 +177,9 @@ class AuthorityHistory:
             except CorruptRecord as error:
                 self.problems.append(str(error))
             else:
-                row["committed_events"] = sum(capsule.source_offsets.values())
+                row["committed_events"] = log_events(
+                    capsule.source_offsets, await self._log_partitions()
+                )
         return row
 
 
@@ -187,6 +208,15 @@ def _events_per_checkpoint(checkpoints: dict[int, dict[str, Any]]) -> None:
             continue
         row["events"] = None if previous is None else max(0, total - previous)
         previous = total
+
+
+def log_events(offsets: Mapping[str, int], log_partitions: int | None) -> int:
+    """The events a checkpoint's source offsets say were consumed: the sum over the event
+    log's partitions (all, when its layout is unknown). A file source's split partitions,
+    beyond the log's (runtime/file_splits.py), hold file positions, not counts."""
+    if log_partitions is None:
+        return sum(offsets.values())
+    return sum(offset for partition, offset in offsets.items() if int(partition) < log_partitions)
 
 
 def _trim(kept: dict[int, Any]) -> None:

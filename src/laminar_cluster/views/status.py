@@ -56,6 +56,7 @@ from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.membership.discovery import Discovery, Member, ObservedState
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.authority_history import log_events
 from laminar_cluster.views.lease import leader_liveness, view_lease
 from laminar_cluster.views.members import member_row
 from laminar_cluster.views.read_only import ReadOnlyStore
@@ -359,15 +360,11 @@ class StatusReader:
         self, view: StatusView, capsule: ClusterRecoveryCapsule | None, deadline: float
     ) -> None:
         view.lag = await source_lag(self.store, self.event_log, capsule, view.notes, deadline)
-        if view.checkpoint is not None and capsule is not None and view.lag["partitions"]:
-            # Only the log's partitions count events: a file source's split partitions
-            # (beyond the log's, runtime/file_splits.py) hold file positions, not counts.
-            log_partitions = {str(row["partition"]) for row in view.lag["partitions"]}
-            view.checkpoint["committed_events"] = sum(
-                offset
-                for partition, offset in capsule.source_offsets.items()
-                if partition in log_partitions
-            )
+        rows = view.lag["partitions"]
+        if view.checkpoint is not None and capsule is not None and rows:
+            # the log's partitions, as the lag found them (declared, else indexed)
+            partitions = max(row["partition"] for row in rows) + 1
+            view.checkpoint["committed_events"] = log_events(capsule.source_offsets, partitions)
 
 
 def _checkpoint_row(
