@@ -25,7 +25,7 @@ from laminar_cluster.connectors.exchange import (
     ExchangeWriter,
     group_bytes,
 )
-from laminar_cluster.errors import CorruptRecord, Refused
+from laminar_cluster.errors import CorruptRecord, LaminarError, Refused
 from laminar_cluster.jobs import StepFailed, compile_job
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.file_splits import FileRecords, split_offset
@@ -35,7 +35,8 @@ from laminar_cluster.runtime.repartition import (
     unwrap_state,
     wrap_state,
 )
-from laminar_cluster.store import open_store
+from laminar_cluster.store import ObjectStore, open_store
+from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 
 P = 256
 SPLIT_VNODE = 7
@@ -218,3 +219,86 @@ def test_file_records_wait_while_the_routed_events_not_yet_committed_are_at_thei
     processor.capture((SPLIT_VNODE,))()
     processor.commit_output(SPLIT_VNODE)
     assert processor.routing_room()  # committed: history
+
+
+async def _deliver_racing(
+    deliveries: dict[int, list[dict[str, Any]]], seeds: tuple[int, ...]
+) -> tuple[ObjectStore, int]:
+    """Each checkpoint's groups (node 1) delivered by as many racing deliverers as `seeds`,
+    each over its own fault-injecting client of one store, each following the deliverer's
+    rule: from `delivered_through` (inclusive) in order, and after any failure from there
+    again. The store and the faults injected."""
+    inner = open_store("memory://")
+    clock = RealClock()
+    config = FaultConfig(
+        error_before_rate=0.1,
+        error_after_rate=0.1,
+        conflict_after_rate=0.05,
+        latency_s_min=0.0005,
+        latency_s_max=0.003,  # the deliverers' requests interleave
+    )
+    faults = 0
+
+    async def deliverer(seed: int) -> None:
+        nonlocal faults
+        faulty = FaultyStore(inner, clock=clock, seed=seed, config=config)
+        writer = ExchangeWriter(faulty, clock, P)
+        try:
+            await _deliver_all(writer, deliveries)
+        finally:
+            faults += sum(faulty.stats.injected.values())
+
+    async def _deliver_all(
+        writer: ExchangeWriter, deliveries: dict[int, list[dict[str, Any]]]
+    ) -> None:
+        for _ in range(500):
+            deadline = clock.monotonic() + 30.0
+            try:
+                start = await writer.delivered_through("words", deadline=deadline) or 0
+                for checkpoint_id in sorted(c for c in deliveries if c >= start):
+                    groups = deliveries[checkpoint_id]
+                    delivery = Delivery("words", checkpoint_id, 1, groups)
+                    await writer.deliver(delivery, deadline=deadline)
+                return
+            except LaminarError:  # a failure or a lost race: again from where the log stands
+                await asyncio.sleep(0)
+        raise AssertionError("a deliverer did not finish in 500 attempts")
+
+    await asyncio.gather(*(deliverer(seed) for seed in seeds))
+    return inner, faults
+
+
+def test_fs3_racing_deliverers_under_injected_faults_apply_each_event_once() -> None:
+    texts = {1: ("a b c a", "d e"), 2: ("a a f", "g b"), 3: ("c c c", "h a")}
+    deliveries = {}
+    for checkpoint_id, lines in texts.items():
+        router = _processor()
+        router.restore(SPLIT_VNODE, None)
+        router.process(SPLIT_VNODE, P + SPLIT_VNODE, _split_batch(_lines(*lines)))
+        deliveries[checkpoint_id] = [group for _, group in _emits(router, SPLIT_VNODE)]
+    expected = Counter(" ".join(" ".join(lines) for lines in texts.values()).split())
+
+    async def read_log(store: ObjectStore) -> dict[int, list[bytes]]:
+        log, deadline = EventLog(store), RealClock().monotonic() + 30.0
+        ends = await log.end_offsets(range(P), deadline=deadline)
+        out = {}
+        for partition, end in ends.items():
+            if end:
+                records, _ = await log.read_records(partition, 0, end, deadline=deadline)
+                out[partition] = [bytes(r) for r in records]
+        return out
+
+    for seeds in ((1, 2), (3, 4, 5)):
+        store, faults = asyncio.run(_deliver_racing(deliveries, seeds))
+        partitions = asyncio.run(read_log(store))
+        assert faults > 0  # requests failed, before or after they applied
+        # every deliverer appended at least the last checkpoint: groups are in the log twice
+        assert sum(len(r) for r in partitions.values()) > sum(map(len, deliveries.values()))
+        keyed = _processor()
+        counts: Counter[str] = Counter()
+        for partition, records in partitions.items():
+            keyed.restore(partition % 256, None)
+            keyed.process(partition % 256, partition, SourceBatch(0, len(records), records))
+            for _, record in _emits(keyed, partition % 256):
+                counts[record["word"]] = max(counts[record["word"]], record["count"])
+        assert counts == expected  # appended more than once, applied once
