@@ -21,9 +21,10 @@ from laminar_cluster.connectors.file_catalog import (
     page_path,
     vnode_of_file,
 )
-from laminar_cluster.errors import CorruptRecord
+from laminar_cluster.errors import CorruptRecord, LaminarError
 from laminar_cluster.store import CREATE, ObjectMeta, ObjectStore, open_store
 from laminar_cluster.store.counting import CountingStore
+from laminar_cluster.store.faulty import FaultConfig, FaultyStore
 from laminar_cluster.store.forwarding import ForwardingStore
 
 PREFIX = "in/clicks/"
@@ -154,6 +155,52 @@ def test_fs1_two_catalogs_appending_overlapping_files_at_once_catalogue_each_onc
         assert one.files == two.files == reader.files
 
     asyncio.run(main())
+
+
+def test_fs1_catalogs_racing_over_faulty_clients_catalogue_each_file_once(
+    tmp_path: Path,
+) -> None:
+    """Three discoverers appending overlapping files at once, each over its own client that
+    fails requests before and after they apply, reports applied creates as conflicts and
+    delays every request: the chain holds every file once, and all agree on the seqs."""
+    config = FaultConfig(
+        error_before_rate=0.1,
+        error_after_rate=0.1,
+        conflict_after_rate=0.1,
+        latency_s_min=0.0005,
+        latency_s_max=0.003,
+    )
+
+    async def main() -> int:
+        store = file_store(tmp_path)
+        clock = RealClock()
+        faulty = [FaultyStore(store, clock=clock, seed=s, config=config) for s in (1, 2, 3)]
+        catalogs = [FileCatalog(client, clock, PREFIX) for client in faulty]
+        batches = [
+            files(*(f"f{i:03d}.jsonl" for i in range(k * 20, k * 20 + 50))) for k in (0, 1, 2)
+        ]
+
+        async def append_all(catalog: FileCatalog, found: list[CatalogFile]) -> None:
+            for _ in range(200):  # a failed append is tried again, as discovery does
+                try:
+                    for start in range(0, len(found), 10):
+                        await catalog.append(found[start : start + 10], deadline=far())
+                    return
+                except LaminarError:
+                    await asyncio.sleep(0)
+            raise AssertionError("an append did not finish in 200 attempts")
+
+        await asyncio.gather(*(append_all(c, b) for c, b in zip(catalogs, batches, strict=True)))
+        reader = catalog_of(store)
+        await reader.refresh(deadline=far())
+        names = [f.name for f in reader.files]
+        assert sorted(names) == [f"{PREFIX}f{i:03d}.jsonl" for i in range(90)]
+        for catalog in catalogs:
+            await catalog.refresh(deadline=far())
+            assert catalog.files == reader.files
+        return sum(sum(client.stats.injected.values()) for client in faulty)
+
+    assert asyncio.run(main()) > 0  # faults were injected
 
 
 async def put_page(
