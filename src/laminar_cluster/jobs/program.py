@@ -123,16 +123,27 @@ class Program:
             reason = f"event is not valid JSON: {error}"
         raise BadEvent(f"job {self.job.name}: {reason}")
 
-    def dead_letter_for(self, raw: bytes, error: Exception, *, partition: int, offset: int) -> Emit:
-        """The dead-letter record of an event that could not be decoded (raw text kept)."""
+    def dead_letter_for(
+        self,
+        raw: bytes,
+        error: Exception,
+        *,
+        partition: int,
+        offset: int,
+        key: Any = None,
+        where: str = "",
+    ) -> Emit:
+        """The dead-letter record of raw input that failed (its text kept): `key` when one was
+        computed, `where` a prefix of the error naming the input (a file and record)."""
+        what = f"{where}{type(error).__name__}: {error}"
         return Emit(
             DEAD_LETTER,
             {
                 "job": self.job.name,
                 "partition": partition,
                 "offset": offset,
-                "key": None,
-                "error": f"{type(error).__name__}: {error}",
+                "key": None if key is None else repr(key),
+                "error": " ".join(what.splitlines()),
                 "event": raw.decode("utf-8", errors="replace"),
             },
         )

@@ -184,22 +184,22 @@ class Repartition:
     def _dead(
         self, file: str, number: int, raw: bytes, error: Exception, key: Any, out: list[Emit]
     ) -> None:
-        name = self.program.job.name
-        what = f"file {file} record {number}: {type(error).__name__}: {error}"
+        where = f"file {file} record {number}: "
         if self.stop_on_error and not isinstance(error, BadEvent):
+            name = self.program.job.name
             raise StepFailed(
-                f"job {name}: {what}", job=name, key=key, partition=-1, offset=number
+                f"job {name}: {where}{type(error).__name__}: {error}",
+                job=name,
+                key=key,
+                partition=-1,
+                offset=number,
             ) from error
         self.dead_letters += 1
-        record = {
-            "job": name,
-            "partition": -1,
-            "offset": number,
-            "key": None if key is None else repr(key),
-            "error": " ".join(what.splitlines()),
-            "event": raw.decode("utf-8", errors="replace"),
-        }
-        out.append(Emit("dead_letter", record))
+        out.append(
+            self.program.dead_letter_for(
+                raw, error, partition=-1, offset=number, key=key, where=where
+            )
+        )
 
     def admit(self, seen: dict[int, Tag], partition: int, batch: SourceBatch) -> SourceBatch:
         """The batch's routed events not applied before, unwrapped; `seen` moves on. A record
