@@ -50,7 +50,7 @@ from laminar_cluster.jobs import BadEvent, Emit, Program, StateNotEncodable, Ste
 from laminar_cluster.runtime.engine_types import SourceBatch
 from laminar_cluster.runtime.file_splits import FileRecords
 from laminar_cluster.runtime.processor import EncodedCut
-from laminar_cluster.runtime.repartition import Repartition, unwrap_state, wrap_state
+from laminar_cluster.runtime.repartition import Repartition, unwrap_state
 
 logger: Final = logging.getLogger(__name__)
 
@@ -108,7 +108,6 @@ class JobProcessor:
         self._closable: set[int] = set()  # vnodes with events since their windows last closed
         self.bad_events = 0
         self._repartition = None if repartition is None else Repartition(program, repartition)
-        self._seen: dict[int, dict[int, Tag]] = {}  # vnode -> partition -> last routed tag
 
     # -- Processor -----------------------------------------------------------------------------
     def restore(self, vnode: int, state: bytes | None) -> None:
@@ -118,7 +117,8 @@ class JobProcessor:
             state, seen = unwrap_state(state, what=f"job {self.program.job.name} vnode {vnode}")
         run = self.program.new_vnode() if state is None else self.program.restore_vnode(state)
         self.drop(vnode)
-        self._seen[vnode] = seen
+        if self._repartition is not None:
+            self._repartition.restore(vnode, seen)
         self._runs[vnode], self._pending[vnode] = run, []
         # A restored run's windows close after idle_close_s without events, like any other.
         self._last_event_s[vnode] = self.clock.monotonic()
@@ -140,7 +140,7 @@ class JobProcessor:
             if isinstance(batch.events, FileRecords):
                 repartition.route(vnode, batch.events, self._run(vnode)[1])
                 return
-            batch = repartition.admit(self._seen.setdefault(vnode, {}), partition, batch)
+            batch = repartition.admit(vnode, partition, batch)
         run, out = self._run(vnode)
         program, start = self.program, batch.first_offset
         good: list[Any] = []
@@ -201,10 +201,8 @@ class JobProcessor:
             run.flush(out)
             states[vnode] = run.snapshot()
             if self._repartition is not None:
-                states[vnode] = wrap_state(states[vnode], self._seen.get(vnode, {}))
+                states[vnode] = self._repartition.capture(vnode, states[vnode])
             self._in_flight[vnode] = len(out)
-            if self._repartition is not None:
-                self._repartition.captured(vnode)
             records.extend(out)
 
         def encode() -> EncodedCut:
@@ -234,7 +232,6 @@ class JobProcessor:
         self._in_flight.pop(vnode, None)
         self._last_event_s.pop(vnode, None)
         self._closable.discard(vnode)
-        self._seen.pop(vnode, None)
         if self._repartition is not None:
             self._repartition.dropped(vnode)
 

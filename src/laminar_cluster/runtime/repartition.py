@@ -15,6 +15,7 @@ sources"), as `JobProcessor` runs them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
@@ -49,6 +50,16 @@ class RepartitionState(msgspec.Struct, frozen=True):
 
 _STATE_ENCODER: Final = msgspec.msgpack.Encoder()
 _STATE_DECODER: Final = msgspec.msgpack.Decoder(RepartitionState)
+
+
+@dataclass(slots=True)
+class _Routing:
+    """A vnode's part in the repartition: the last tag applied per record log partition, and
+    the routed bytes not yet committed (of those, the ones in the cut in flight)."""
+
+    seen: dict[int, Tag] = field(default_factory=dict)
+    pending_bytes: int = 0
+    flight_bytes: int = 0
 
 
 class _Dead(Exception):
@@ -119,28 +130,40 @@ class Repartition:
         self.dead_letters = 0
         assert program.job.key_fn is not None  # compile_job checked it
         self._key_fn = program.job.key_fn
-        self._pending_bytes: dict[int, int] = {}  # vnode -> routed bytes not yet committed
-        self._flight_bytes: dict[int, int] = {}  # vnode -> of those, in the cut in flight
+        self._vnodes: dict[int, _Routing] = {}
 
     @property
     def room(self) -> bool:
         """Whether the node may route more (its pending routed bytes are under the budget)."""
-        return sum(self._pending_bytes.values()) < ROUTED_PENDING_BYTES_MAX
+        return sum(r.pending_bytes for r in self._vnodes.values()) < ROUTED_PENDING_BYTES_MAX
 
-    def captured(self, vnode: int) -> None:
-        """A cut took everything pending of `vnode`."""
-        self._flight_bytes[vnode] = self._pending_bytes.get(vnode, 0)
+    def restore(self, vnode: int, seen: dict[int, Tag]) -> None:
+        """The vnode starts from a cut's tags (`unwrap_state`), nothing routed pending."""
+        self._vnodes[vnode] = _Routing(seen=seen)
+
+    def capture(self, vnode: int, run: bytes) -> bytes:
+        """The vnode's state at a cut (its run's and its tags); everything it routed so far
+        is in the cut's output."""
+        routing = self._routing(vnode)
+        routing.flight_bytes = routing.pending_bytes
+        return wrap_state(run, routing.seen)
 
     def resolved(self, vnode: int, committed: bool) -> None:
         """The cut of `vnode` committed (its routed bytes are history) or aborted."""
-        flight = self._flight_bytes.pop(vnode, 0)
+        routing = self._routing(vnode)
         if committed:
-            self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) - flight
+            routing.pending_bytes -= routing.flight_bytes
+        routing.flight_bytes = 0
 
     def dropped(self, vnode: int) -> None:
         """`vnode` is gone from this node."""
-        self._pending_bytes.pop(vnode, None)
-        self._flight_bytes.pop(vnode, None)
+        self._vnodes.pop(vnode, None)
+
+    def _routing(self, vnode: int) -> _Routing:
+        found = self._vnodes.get(vnode)
+        if found is None:  # the engine restores every vnode before use; be safe anyway
+            found = self._vnodes[vnode] = _Routing()
+        return found
 
     def route(self, vnode: int, batch: FileRecords, out: list[Emit]) -> None:
         """Emit the batch's events to their keys' partitions, grouped per partition (module
@@ -159,9 +182,8 @@ class Repartition:
                     add(hashed, body)
             except _Dead as dead:
                 self._dead(batch.file, batch.first_record + index, raw, dead.error, dead.key, out)
-        routed_bytes = groups.close()
+        self._routing(vnode).pending_bytes += groups.close()
         out.extend(groups.emits)
-        self._pending_bytes[vnode] = self._pending_bytes.get(vnode, 0) + routed_bytes
 
     def _events_of(self, event: Any) -> list[tuple[int, bytes]]:
         """(key hash, JSON) of each event `event` becomes; _Dead if a user function raises."""
@@ -201,9 +223,11 @@ class Repartition:
             )
         )
 
-    def admit(self, seen: dict[int, Tag], partition: int, batch: SourceBatch) -> SourceBatch:
-        """The batch's routed events not applied before, unwrapped; `seen` moves on. A record
-        that is not a routed event is kept as it is (the job sends it to its dead letters)."""
+    def admit(self, vnode: int, partition: int, batch: SourceBatch) -> SourceBatch:
+        """The batch's routed events not applied before, unwrapped; the partition's last tag
+        moves on. A record that is not a routed event is kept as it is (the job sends it to
+        its dead letters)."""
+        seen = self._routing(vnode).seen
         last = seen.get(partition)
         kept: list[bytes] = []
         for raw in batch.events:
