@@ -79,15 +79,14 @@ def source_store(source: FileSource, store: ObjectStore) -> ObjectStore:
 
 async def discover_files(
     source: FileSource,
-    store: ObjectStore,
-    clock: Clock,
+    splits: FileSplits,
     leading: Callable[[], bool],
     shutdown: asyncio.Event,
 ) -> None:
     """The leader's discovery of a file source's new files, every `discover_interval_s` while
-    `leading()`; failures are logged and tried again at the next interval."""
-    catalog = FileCatalog(store, clock, source.prefix)
-    files = source_store(source, store)
+    `leading()`, into the catalog the node's `splits` read (so the leader learns its own pages
+    without reading them); failures are logged and tried again at the next interval."""
+    catalog, files, clock = splits.catalog, splits.files, splits.clock
     while not shutdown.is_set():
         if leading():
             deadline = clock.monotonic() + max(source.discover_interval_s, 30.0)
@@ -127,6 +126,7 @@ class JobRuntime:
     on_fatal: Callable[[LaminarError], None] | None = None  # the node's stop
     processor: JobProcessor | None = field(default=None, init=False)
     deliverer: Deliverer | None = field(default=None, init=False)
+    splits: FileSplits | None = field(default=None, init=False)  # a file source's, set by `plane`
 
     @classmethod
     def of(cls, job: Job, *, idle_close_s: float | None = None) -> JobRuntime:
@@ -176,6 +176,7 @@ class JobRuntime:
             )
             source = SplitLog(log, splits, files.partitions)
             read = read_splits(source, processor.routing_room)
+            self.splits = splits
         engine = StreamEngine(
             clock=clock, log=source, processor=processor, config=config, read=read
         )

@@ -332,15 +332,10 @@ class StreamNode:
             )
             if deliverer is not None:
                 tasks.append(("delivery", deliverer.run(shutdown)))
-            files = self.job.file_source
-            if files is not None:
+            files, splits = self.job.file_source, self.job.splits
+            if files is not None and splits is not None:
                 leading = lambda: self._proof() is not None  # noqa: E731
-                tasks.append(
-                    (
-                        "discovery",
-                        discover_files(files, self.node.store, ctx.clock, leading, shutdown),
-                    )
-                )
+                tasks.append(("discovery", discover_files(files, splits, leading, shutdown)))
         return tasks
 
 
