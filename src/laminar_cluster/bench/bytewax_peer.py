@@ -80,6 +80,19 @@ class PeerFigures:
         """The figures as a JSON-ready dict."""
         return asdict(self)
 
+    @property
+    def processing_per_s(self) -> int:
+        """Events per second of its wall time less its start (the stricter figure)."""
+        return round(self.events / max(self.seconds - self.startup_s, 1e-9))
+
+    def ratios(self, per_s: float) -> tuple[float, float]:
+        """`per_s` (the nodes' rate) over this run's processing rate, and over its wall
+        rate: the `ratio` and `ratio_wall` the benches print."""
+        return (
+            round(per_s / max(self.processing_per_s, 1), 3),
+            round(per_s / max(self.events_per_s, 1), 3),
+        )
+
 
 def write_peer_input(
     workload: Workload, directory: Path, *, event_time: bool = False

@@ -37,7 +37,7 @@ from typing import Any, Final
 from laminar_cluster.bench import bytewax_peer
 from laminar_cluster.bench.books import Books, Corpus, generate, write_directory, write_store
 from laminar_cluster.bench.job_output import Records, SinkFiles, Verdict, parquet_rows
-from laminar_cluster.bench.pipeline_run import TIMINGS
+from laminar_cluster.bench.pipeline_run import TIMINGS, file_url
 from laminar_cluster.clock import Clock, RealClock
 from laminar_cluster.errors import DeadlineExceeded, InvalidArgument
 from laminar_cluster.harness.fleet import NodeFleet
@@ -109,7 +109,7 @@ def run_bench_files(
     root = Path(tempfile.mkdtemp(prefix="laminar-bench-files-"))
     try:
         template = root / "template"
-        put_s = asyncio.run(write_store(_url(template, fsync), corpus))
+        put_s = asyncio.run(write_store(file_url(template, fsync), corpus))
         write_directory(root / "text", corpus)
         runs = []
         for nodes in node_counts:
@@ -139,15 +139,11 @@ def run_bench_files(
     }
 
 
-def _url(directory: Path, fsync: bool) -> str:
-    return f"file://{directory}" + ("" if fsync else "?fsync=false")
-
-
 async def _one(nodes: int, corpus: Corpus, template: Path, *, fsync: bool) -> dict[str, Any]:
     clock = RealClock()
     scratch = template.parent / f"nodes-{nodes}"
     shutil.copytree(template, scratch / "store")
-    url = _url(scratch / "store", fsync)
+    url = file_url(scratch / "store", fsync)
     store = open_store(url)
     try:
         with NodeFleet(url, scratch, TIMINGS) as fleet:
@@ -220,15 +216,13 @@ def _peer(
         workers=nodes,
         tmp=root,
     )
-    processing = round(corpus.words / max(peer.seconds - peer.startup_s, 1e-9))
     figures["bytewax"] = {
         **peer.as_json(),
         "words_per_s": peer.events_per_s,
-        "processing_words_per_s": processing,
+        "processing_words_per_s": peer.processing_per_s,
     }
     if figures["words_per_s"] is not None:
-        figures["ratio"] = round(figures["words_per_s"] / max(processing, 1), 3)
-        figures["ratio_wall"] = round(figures["words_per_s"] / max(peer.events_per_s, 1), 3)
+        figures["ratio"], figures["ratio_wall"] = peer.ratios(figures["words_per_s"])
 
 
 def print_files(figures: dict[str, Any], *, as_json: bool) -> None:

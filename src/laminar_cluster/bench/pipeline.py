@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from laminar_cluster.bench.pipeline_run import TIMINGS, PipelineBench, PipelineRun
+from laminar_cluster.bench.pipeline_run import TIMINGS, PipelineBench, PipelineRun, file_url
 from laminar_cluster.clock import RealClock
 from laminar_cluster.errors import InvalidArgument
 from laminar_cluster.harness.exactly_once import check_exactly_once
@@ -91,7 +91,7 @@ async def _one(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     clock = RealClock()
     scratch = Path(tempfile.mkdtemp(prefix=f"laminar-bench-pipeline-{nodes}-"))
-    url = f"file://{scratch}/store" + ("" if fsync else "?fsync=false")
+    url = file_url(scratch / "store", fsync)
     store = open_store(url)
     try:
         with NodeFleet(url, scratch, TIMINGS) as fleet:

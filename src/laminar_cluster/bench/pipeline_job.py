@@ -34,7 +34,7 @@ from typing import Any, Final, cast
 
 from laminar_cluster.bench import bytewax_peer
 from laminar_cluster.bench.job_output import verify_reference_output
-from laminar_cluster.bench.pipeline_run import TIMINGS, PipelineBench
+from laminar_cluster.bench.pipeline_run import TIMINGS, PipelineBench, file_url
 from laminar_cluster.clock import RealClock
 from laminar_cluster.connectors.producer import Producer
 from laminar_cluster.errors import InvalidArgument
@@ -127,7 +127,7 @@ def run_bench_pipeline_job(
     root = Path(tempfile.mkdtemp(prefix="laminar-bench-pipeline-job-"))
     try:
         template = root / "template"
-        produce_s = asyncio.run(write_record_log(_url(template, fsync), workload))
+        produce_s = asyncio.run(write_record_log(file_url(template, fsync), workload))
         runs = []
         for nodes in node_counts:
             figures = asyncio.run(_one(choice, nodes, workload, template, expected, fsync=fsync))
@@ -156,10 +156,6 @@ def run_bench_pipeline_job(
     }
 
 
-def _url(directory: Path, fsync: bool) -> str:
-    return f"file://{directory}" + ("" if fsync else "?fsync=false")
-
-
 async def _one(
     choice: JobChoice,
     nodes: int,
@@ -172,11 +168,11 @@ async def _one(
     clock = RealClock()
     scratch = template.parent / f"nodes-{nodes}"
     shutil.copytree(template, scratch / "store")
-    store = open_store(_url(scratch / "store", fsync))
+    store = open_store(file_url(scratch / "store", fsync))
     idle_s = max(CLOSE_IDLE_WINDOWS_S_MIN, workload.events / CLOSE_IDLE_EVENTS_PER_S)
     node_args = ["--job", choice.path, "--close-idle-windows", str(idle_s)]
     try:
-        with NodeFleet(_url(scratch / "store", fsync), scratch, TIMINGS) as fleet:
+        with NodeFleet(file_url(scratch / "store", fsync), scratch, TIMINGS) as fleet:
             bench = PipelineBench(store, clock, fleet)
             run = await bench.process(nodes, workload.events, node_args)
             figures = run.as_json()
@@ -208,10 +204,8 @@ def _peer(
     peer = bytewax_peer.measure_bytewax(
         workload, job=cast(bytewax_peer.Job, choice.reference), workers=nodes, tmp=root
     )
-    processing = round(workload.events / max(peer.seconds - peer.startup_s, 1e-9))
-    figures["bytewax"] = {**peer.as_json(), "processing_events_per_s": processing}
-    figures["ratio"] = round(figures["events_per_s"] / max(processing, 1), 3)
-    figures["ratio_wall"] = round(figures["events_per_s"] / max(peer.events_per_s, 1), 3)
+    figures["bytewax"] = {**peer.as_json(), "processing_events_per_s": peer.processing_per_s}
+    figures["ratio"], figures["ratio_wall"] = peer.ratios(figures["events_per_s"])
 
 
 def _target(choice: JobChoice, runs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from laminar_cluster.authority.cluster_outcome_reads import cluster_outcomes
@@ -50,6 +51,14 @@ from laminar_cluster.store import ObjectStore
 from laminar_cluster.views.status import StatusReader, event_log_opener
 
 TIMINGS: Final = dataclasses.replace(STREAM_NODE_TIMINGS, stats_interval_s=0.25)
+
+
+def file_url(directory: Path, fsync: bool) -> str:
+    """The file:// URL of a bench's scratch store in `directory` (`fsync=false` unless
+    `fsync`)."""
+    return f"file://{directory}" + ("" if fsync else "?fsync=false")
+
+
 POLL_S: Final = 0.1
 STEP_TIMEOUT_S: Final = 180.0
 CHECKPOINT_PURPOSES: Final = ("purpose.duties", "purpose.participant")
