@@ -3,7 +3,7 @@ partitions; a file source's split partitions (beyond them) hold file positions."
 
 from __future__ import annotations
 
-from laminar_cluster.views.authority_history import log_events
+from laminar_cluster.views.status_lag import log_events
 
 
 def test_split_partitions_beyond_the_logs_are_not_events() -> None:

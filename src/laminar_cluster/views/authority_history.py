@@ -18,7 +18,7 @@ owner node, and the first and last time a record of that token was seen.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ from laminar_cluster.lease.records import (
 )
 from laminar_cluster.lease.validate import decode_record
 from laminar_cluster.store import ObjectStore
+from laminar_cluster.views.status_lag import log_events
 
 NEW_LINKS_MAX: Final = 32  # records read per chain per update
 KEPT_MAX: Final = 120  # outcomes, decisions and terms kept (the page shows the newest)
@@ -208,15 +209,6 @@ def _events_per_checkpoint(checkpoints: dict[int, dict[str, Any]]) -> None:
             continue
         row["events"] = None if previous is None else max(0, total - previous)
         previous = total
-
-
-def log_events(offsets: Mapping[str, int], log_partitions: int | None) -> int:
-    """The events a checkpoint's source offsets say were consumed: the sum over the event
-    log's partitions (all, when its layout is unknown). A file source's split partitions,
-    beyond the log's (runtime/file_splits.py), hold file positions, not counts."""
-    if log_partitions is None:
-        return sum(offsets.values())
-    return sum(offset for partition, offset in offsets.items() if int(partition) < log_partitions)
 
 
 def _trim(kept: dict[int, Any]) -> None:

@@ -56,7 +56,6 @@ from laminar_cluster.lease.paths import record_path
 from laminar_cluster.lease.records import LeaderAuthorityRecord
 from laminar_cluster.membership.discovery import Discovery, Member, ObservedState
 from laminar_cluster.store import ObjectStore
-from laminar_cluster.views.authority_history import log_events
 from laminar_cluster.views.lease import leader_liveness, view_lease
 from laminar_cluster.views.members import member_row
 from laminar_cluster.views.read_only import ReadOnlyStore
@@ -68,6 +67,7 @@ from laminar_cluster.views.status_lag import (
     EventLogOpener,
     event_log_opener,
     indexed_partitions,
+    log_events,
     source_lag,
 )
 

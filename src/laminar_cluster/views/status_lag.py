@@ -5,7 +5,7 @@ with an end in the log's index (`event-log-ends/`, one GET per 1,024 partitions)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from laminar_cluster.checkpoint.records import ClusterRecoveryCapsule
@@ -31,6 +31,15 @@ class EndOffsets(Protocol):
 
 
 EventLogOpener = Callable[[ObjectStore], EndOffsets]
+
+
+def log_events(offsets: Mapping[str, int], log_partitions: int | None) -> int:
+    """The events a checkpoint's source offsets say were consumed: the sum over the event
+    log's partitions (all, when its layout is unknown). A file source's split partitions,
+    beyond the log's (runtime/file_splits.py), hold file positions, not counts."""
+    if log_partitions is None:
+        return sum(offsets.values())
+    return sum(offset for partition, offset in offsets.items() if int(partition) < log_partitions)
 
 
 async def source_lag(
