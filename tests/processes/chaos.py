@@ -47,6 +47,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -309,6 +310,29 @@ async def schedule(chaos: ChaosRound, log: Gate, config: ChaosConfig) -> None:
             chaos.act()
             next_action = time.monotonic() + chaos.rng.uniform(*config.gap_s)
         await asyncio.sleep(POLL_S)
+
+
+async def gated_round(
+    chaos: ChaosRound,
+    reader: StatusReader,
+    gate: Gate,
+    settle: Callable[[], Awaitable[None]],
+    *,
+    all_in: str,
+) -> None:
+    """A round over a gated workload: the first commit, the schedule, the rest of the
+    workload (noted as `all_in`), every node up again, then `settle`; a ChaosFailure carries
+    the fleet's last log lines."""
+    config = chaos.config
+    try:
+        await first_commit(chaos, reader, gate)
+        await schedule(chaos, gate, config)
+        await gate.allow(config.events)
+        chaos.note(all_in)
+        chaos.top_up()
+        await settle()
+    except ChaosFailure as failure:
+        raise ChaosFailure(f"{failure}\n{chaos.fleet.tail(25)}") from None
 
 
 async def _settle(chaos: ChaosRound, reader: StatusReader, config: ChaosConfig) -> None:

@@ -30,8 +30,7 @@ from tests.processes.chaos import (
     ChaosReport,
     ChaosRound,
     chaos_seed,
-    first_commit,
-    schedule,
+    gated_round,
 )
 
 pytestmark = [pytest.mark.processes]
@@ -83,15 +82,13 @@ async def _round(
         gate = FileGate(store, files)
         with NodeFleet(url, workdir, TIMINGS) as fleet:
             chaos = ChaosRound(config, fleet, report)
-            try:
-                await first_commit(chaos, reader, gate)
-                await schedule(chaos, gate, config)
-                await gate.allow(config.events)
-                chaos.note(f"all {len(files)} files landed")
-                chaos.top_up()
-                await _settle(chaos, out, expected)
-            except ChaosFailure as failure:
-                raise ChaosFailure(f"{failure}\n{fleet.tail(25)}") from None
+            await gated_round(
+                chaos,
+                reader,
+                gate,
+                lambda: _settle(chaos, out, expected),
+                all_in=f"all {len(files)} files landed",
+            )
     finally:
         await store.close()
 

@@ -47,8 +47,7 @@ from tests.processes.chaos import (
     ChaosReport,
     ChaosRound,
     chaos_seed,
-    first_commit,
-    schedule,
+    gated_round,
 )
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres]
@@ -172,15 +171,13 @@ async def _round(
             gate = ClickGate(producer, clicks)
             with NodeFleet(url, workdir, TIMINGS) as fleet:
                 chaos = ChaosRound(config, fleet, report)
-                try:
-                    await first_commit(chaos, reader, gate)
-                    await schedule(chaos, gate, config)
-                    await gate.allow(len(clicks))
-                    chaos.note(f"all {len(clicks):,} clicks produced")
-                    chaos.top_up()
-                    await _settle(chaos, results, clicks)
-                except ChaosFailure as failure:
-                    raise ChaosFailure(f"{failure}\n{fleet.tail(25)}") from None
+                await gated_round(
+                    chaos,
+                    reader,
+                    gate,
+                    lambda: _settle(chaos, results, clicks),
+                    all_in=f"all {len(clicks):,} clicks produced",
+                )
     finally:
         await store.close()
 
