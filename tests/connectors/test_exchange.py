@@ -177,3 +177,27 @@ def test_a_malformed_routed_record_is_corrupt(tmp_path: Path, record: dict[str, 
         assert store.requests["put"] == 0
 
     asyncio.run(main())
+
+
+def test_a_delivery_costs_a_segment_and_an_index_write_and_a_leader_change_a_few_reads(
+    tmp_path: Path,
+) -> None:
+    """The repartition's request budget (docs/jobs.md, "Cost and latency"): a steady delivery
+    of groups that fit one segment is 2 PUTs (the segment, the index) and 1 GET; a new
+    leader's `delivered_through` reads the layout, one poll of the index and each segment
+    holding a partition's last group once (here one), not a read per partition."""
+
+    async def main() -> None:
+        store = CountingStore(file_store(tmp_path))
+        writer = ExchangeWriter(store, RealClock(), P)
+        keys = [f"k{n}" for n in range(50)]  # 50 groups over most of 50 partitions
+        for checkpoint_id in range(1, 4):
+            store.reset()
+            await writer.deliver(delivery(checkpoint_id, 1, keys), deadline=far())
+        assert dict(store.requests) == {"put": 2, "get": 1}
+        store.reset()
+        leader = ExchangeWriter(store, RealClock(), P)
+        assert await leader.delivered_through(JOB, deadline=far()) == 3
+        assert dict(store.requests) == {"get": 3}
+
+    asyncio.run(main())

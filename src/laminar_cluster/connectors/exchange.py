@@ -123,13 +123,16 @@ class ExchangeWriter:
         return True
 
     async def delivered_through(self, job: str, *, deadline: float) -> int | None:
-        """The highest checkpoint the last event of any partition names; None if none."""
+        """The highest checkpoint the last event of any partition names; None if none. One
+        poll of the log's index, then the segments holding those events (each read once)."""
         log = self._open(deadline).log
         if await log.layout(deadline=deadline) is None:
             return None
-        ends = await log.end_offsets(range(self.partitions), deadline=deadline)
+        partitions = range(self.partitions)
+        await log.poll_ends(partitions, deadline=deadline)  # the reads below trust this poll
         through: int | None = None
-        for partition, end in ends.items():
+        for partition in partitions:
+            end = await log.known_end(partition, deadline=deadline)
             if end == 0:
                 continue
             records, _ = await log.read_records(partition, end - 1, 1, deadline=deadline)
