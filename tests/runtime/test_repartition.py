@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -222,13 +223,13 @@ def test_file_records_wait_while_the_routed_events_not_yet_committed_are_at_thei
 
 
 async def _deliver_racing(
-    deliveries: dict[int, list[dict[str, Any]]], seeds: tuple[int, ...]
+    url: str, deliveries: dict[int, list[dict[str, Any]]], seeds: tuple[int, ...]
 ) -> tuple[ObjectStore, int]:
     """Each checkpoint's groups (node 1) delivered by as many racing deliverers as `seeds`,
     each over its own fault-injecting client of one store, each following the deliverer's
     rule: from `delivered_through` (inclusive) in order, and after any failure from there
     again. The store and the faults injected."""
-    inner = open_store("memory://")
+    inner = open_store(url)
     clock = RealClock()
     config = FaultConfig(
         error_before_rate=0.1,
@@ -268,7 +269,7 @@ async def _deliver_racing(
     return inner, faults
 
 
-def test_fs3_racing_deliverers_under_injected_faults_apply_each_event_once() -> None:
+def test_fs3_racing_deliverers_under_injected_faults_apply_each_event_once(tmp_path: Path) -> None:
     texts = {1: ("a b c a", "d e"), 2: ("a a f", "g b"), 3: ("c c c", "h a")}
     deliveries = {}
     for checkpoint_id, lines in texts.items():
@@ -289,7 +290,8 @@ def test_fs3_racing_deliverers_under_injected_faults_apply_each_event_once() -> 
         return out
 
     for seeds in ((1, 2), (3, 4, 5)):
-        store, faults = asyncio.run(_deliver_racing(deliveries, seeds))
+        url = f"file://{tmp_path}/store-{len(seeds)}?fsync=false"
+        store, faults = asyncio.run(_deliver_racing(url, deliveries, seeds))
         partitions = asyncio.run(read_log(store))
         assert faults > 0  # requests failed, before or after they applied
         # every deliverer appended at least the last checkpoint: groups are in the log twice
