@@ -142,7 +142,12 @@ async def _deliver_and_read(
     writer = ExchangeWriter(store, clock, P)
     for checkpoint_id, node_id in deliveries:
         await writer.deliver(Delivery("words", checkpoint_id, node_id, routed), deadline=deadline)
-    log = EventLog(store, clock=clock)
+    return await _log_records(store)
+
+
+async def _log_records(store: ObjectStore) -> dict[int, list[bytes]]:
+    """Each record log partition's records, as the log holds them."""
+    log, deadline = EventLog(store), RealClock().monotonic() + 60.0
     ends = await log.end_offsets(range(P), deadline=deadline)
     out = {}
     for partition, end in ends.items():
@@ -279,20 +284,10 @@ def test_fs3_racing_deliverers_under_injected_faults_apply_each_event_once(tmp_p
         deliveries[checkpoint_id] = [group for _, group in _emits(router, SPLIT_VNODE)]
     expected = Counter(" ".join(" ".join(lines) for lines in texts.values()).split())
 
-    async def read_log(store: ObjectStore) -> dict[int, list[bytes]]:
-        log, deadline = EventLog(store), RealClock().monotonic() + 30.0
-        ends = await log.end_offsets(range(P), deadline=deadline)
-        out = {}
-        for partition, end in ends.items():
-            if end:
-                records, _ = await log.read_records(partition, 0, end, deadline=deadline)
-                out[partition] = [bytes(r) for r in records]
-        return out
-
     for seeds in ((1, 2), (3, 4, 5)):
         url = f"file://{tmp_path}/store-{len(seeds)}?fsync=false"
         store, faults = asyncio.run(_deliver_racing(url, deliveries, seeds))
-        partitions = asyncio.run(read_log(store))
+        partitions = asyncio.run(_log_records(store))
         assert faults > 0  # requests failed, before or after they applied
         # every deliverer appended at least the last checkpoint: groups are in the log twice
         assert sum(len(r) for r in partitions.values()) > sum(map(len, deliveries.values()))
