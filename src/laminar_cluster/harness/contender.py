@@ -150,9 +150,15 @@ class _Contender:
     stop_at: float = 0.0
     token: int | None = None  # of the believed term
     until: float | None = None  # its deadline, as last logged
+    deciding: bool = False  # a decision attempt is in flight (`_decide_once`)
+    stop_reason: str | None = None  # a stop that waits for that attempt's result
 
     def running(self) -> bool:
-        return not self.shutdown.is_set() and self.clock.monotonic() < self.stop_at
+        return (
+            not self.shutdown.is_set()
+            and self.stop_reason is None
+            and self.clock.monotonic() < self.stop_at
+        )
 
     async def pause(self, seconds: float) -> None:
         """Sleep `seconds`, or less when shutdown comes first."""
@@ -245,6 +251,17 @@ async def _decide(contender: _Contender) -> None:
 
 async def _decide_once(contender: _Contender, proof: LeaderProof) -> None:
     """One Abort attempt under `proof`, logged with its result (LA-5 is checked on the log)."""
+    contender.deciding = True
+    try:
+        await _attempt_decision(contender, proof)
+    finally:
+        contender.deciding = False
+        if contender.stop_reason is not None:  # a stop came meanwhile: it follows the result
+            _stop(contender, contender.stop_reason)
+
+
+async def _attempt_decision(contender: _Contender, proof: LeaderProof) -> None:
+    """The attempt itself: read the head, think, record; its result logged."""
     clock, log, token = contender.clock, contender.log, proof.fencing_token
     budget_s = contender.config.ttl_s
     epoch: int | None = None
@@ -290,9 +307,15 @@ async def _stop_later(contender: _Contender) -> None:
 
 
 def _stop(contender: _Contender, reason: str) -> None:
-    if not contender.shutdown.is_set():
-        contender.log.write("stop", reason=reason)
-        contender.shutdown.set()
+    """Stop: log `stop` and shut down; while a decision attempt is in flight, only once its
+    result is logged (so a log ends with `stop` and `ended`, every attempt's result before)."""
+    if contender.shutdown.is_set():
+        return
+    if contender.deciding:
+        contender.stop_reason = reason
+        return
+    contender.log.write("stop", reason=reason)
+    contender.shutdown.set()
 
 
 async def _contend(config: ContenderConfig) -> int:
